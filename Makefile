@@ -1,0 +1,31 @@
+# `make demo` and `make test` set up .venv themselves (README, Quick start).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+CORES  ?= all
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 first: on these machines it resolves to a local CPU wheel; letting a dependency pull
+# torch unpinned would fetch a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# Workflow rules call `python -m balagg`, so the venv goes first on PATH.
+demo: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/aggregation.py
+
+clean:
+	rm -rf $(VENV) .snakemake results

@@ -1,0 +1,3 @@
+from balagg.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,351 @@
+"""Loss-aggregation rules for GRPO-style policy gradients, as per-response weights.
+
+Notation for one group of G responses to one prompt: response i has length |o_i| (loss tokens),
+advantage A_i, and per-token clipped surrogate l_it (which already carries A_i). Every rule here is a
+per-response weight w_i >= 0 and the loss is the weighted token *sum*
+
+    loss = sum_i w_i * sum_t mask_it * l_it.
+
+Because the PPO clip (min/max, dual clip) is positively homogeneous in the advantage,
+w_i * l_it(A_i) == l_it(w_i * A_i) for w_i >= 0: a trainer can fold w_i into the advantage and reduce
+with a plain token sum. That makes every rule exact under any micro-batching, shuffling or
+data-parallel sharding, and lets all rules share one code path.
+
+Rules (per group; P / N = responses with A > 0 / A < 0, k = |P|, L+- = total length of each side):
+
+    seq-agg             1 / (G |o_i|)                                 GRPO; verl seq-mean-token-mean
+    token-agg           1 / sum_j |o_j|                               DAPO; verl token-mean
+    balanced-agg        (k/G) / L+ on P, (|N|/G) / L- on N,           the paper's BA
+                        0 where A_i == 0
+    balanced-agg-mass   (sum_s |A_j| / G) / (sum_s |A_j| |o_j|)       BA for non-binary rewards
+                        on each side s
+    seq-mean-token-sum  1 / G                                         verl seq-mean-token-sum
+    dr-grpo             1 / (G * max_length)                          verl seq-mean-token-sum-norm
+
+With binary rewards and no zero advantages |N| = G - k, so BA's side weights are k/G and (G-k)/G as in
+the paper. A response with A_i == 0 carries no gradient; BA leaves it out of both sides.
+
+Scope ``group`` applies the formulas per group and divides every weight by the number of groups, so the
+loss is the mean of the per-group losses. Scope ``batch`` treats the whole batch as one group
+(G = batch size, one pool of tokens): ``token-agg`` with scope ``batch`` is DAPO's / TRL's global token
+mean. All functions are vectorised over the batch; group ids may come in any order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = [
+    "RULES",
+    "ALIASES",
+    "SCOPES",
+    "DEFAULT_SCOPES",
+    "canonical_rule",
+    "default_scope",
+    "aggregation_weights",
+    "aggregate",
+    "group_advantages",
+    "length_diagnostics",
+]
+
+RULES: tuple[str, ...] = (
+    "seq-agg",
+    "token-agg",
+    "balanced-agg",
+    "balanced-agg-mass",
+    "seq-mean-token-sum",
+    "dr-grpo",
+)
+"""Canonical rule names."""
+
+ALIASES: dict[str, str] = {
+    "seq-mean-token-mean": "seq-agg",
+    "token-mean": "token-agg",
+    "seq-mean-token-sum": "seq-mean-token-sum",
+    "seq-mean-token-sum-norm": "dr-grpo",
+}
+"""verl's ``loss_agg_mode`` names, accepted wherever a rule is named."""
+
+SCOPES: tuple[str, ...] = ("group", "batch")
+
+DEFAULT_SCOPES: dict[str, str] = {rule: "group" for rule in RULES} | {"token-agg": "batch"}
+"""The scope each rule is used with unless a config says otherwise: ``token-agg`` pools the whole
+batch as in DAPO/verl/TRL; every other rule is defined per group."""
+
+
+def canonical_rule(rule: str) -> str:
+    """Return the canonical name of ``rule`` (a canonical name or a verl alias)."""
+    if rule in RULES:
+        return rule
+    if rule in ALIASES:
+        return ALIASES[rule]
+    valid = ", ".join(RULES) + "; verl aliases: " + ", ".join(ALIASES)
+    raise ValueError(f"unknown aggregation rule {rule!r}; valid rules: {valid}")
+
+
+def default_scope(rule: str) -> str:
+    """The scope ``rule`` is used with by default (see :data:`DEFAULT_SCOPES`)."""
+    return DEFAULT_SCOPES[canonical_rule(rule)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Input handling and segment sums (the only "group" machinery; everything else is elementwise)
+# --------------------------------------------------------------------------------------------------
+
+
+def _as_1d(name: str, values: Any) -> torch.Tensor:
+    tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+    if tensor.dim() != 1:
+        raise ValueError(f"{name} must be one-dimensional (one value per response), got shape {tuple(tensor.shape)}")
+    return tensor
+
+
+def _group_index(group_ids: Any, size: int) -> tuple[torch.Tensor, int]:
+    """Dense group index in [0, n_groups) for each response, and n_groups."""
+    if isinstance(group_ids, torch.Tensor):
+        ids = group_ids
+    else:
+        try:
+            ids = torch.as_tensor(group_ids)
+        except (TypeError, ValueError, RuntimeError):  # strings or other hashables
+            lookup: dict[Any, int] = {}
+            ids = torch.tensor([lookup.setdefault(g, len(lookup)) for g in group_ids], dtype=torch.long)
+    if ids.dim() != 1:
+        raise ValueError(f"group_ids must be one-dimensional, got shape {tuple(ids.shape)}")
+    if ids.numel() != size:
+        raise ValueError(f"group_ids has {ids.numel()} entries but there are {size} responses")
+    if size == 0:
+        return torch.zeros(0, dtype=torch.long), 0
+    _, inverse = torch.unique(ids, return_inverse=True)
+    return inverse, int(inverse.max()) + 1
+
+
+def _validated(
+    lengths: Any, advantages: Any, group_ids: Any, scope: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.dtype]:
+    """Check inputs; return float64 lengths and advantages, the dense group index, n_groups and the
+    dtype the weights are returned in."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; valid scopes: {', '.join(SCOPES)}")
+    lengths_t = _as_1d("lengths", lengths)
+    advantages_t = _as_1d("advantages", advantages)
+    if lengths_t.numel() != advantages_t.numel():
+        raise ValueError(
+            f"lengths and advantages must have one entry per response: got {lengths_t.numel()} lengths "
+            f"and {advantages_t.numel()} advantages"
+        )
+    out_dtype = advantages_t.dtype if advantages_t.is_floating_point() else torch.float32
+    lengths64 = lengths_t.detach().to(torch.float64)
+    advantages64 = advantages_t.detach().to(torch.float64)
+    if not torch.isfinite(lengths64).all():
+        raise ValueError("lengths must be finite")
+    if (lengths64 < 0).any():
+        bad = torch.nonzero(lengths64 < 0).flatten()[:5].tolist()
+        raise ValueError(f"lengths must be non-negative; negative at positions {bad}")
+    if not torch.isfinite(advantages64).all():
+        bad = torch.nonzero(~torch.isfinite(advantages64)).flatten()[:5].tolist()
+        raise ValueError(f"advantages must be finite; non-finite at positions {bad}")
+    size = lengths64.numel()
+    if scope == "batch":
+        # The whole batch is one group; the ids are still checked for shape.
+        _group_index(group_ids, size)
+        return lengths64, advantages64, torch.zeros(size, dtype=torch.long), int(size > 0), out_dtype
+    index, n_groups = _group_index(group_ids, size)
+    return lengths64, advantages64, index, n_groups, out_dtype
+
+
+def _group_sum(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per-group sums of ``values`` (one entry per group)."""
+    return torch.zeros(n_groups, dtype=values.dtype).index_add_(0, index, values)
+
+
+def _safe_div(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    """numerator / denominator, 0 where the denominator is 0 (an empty side or zero-length response
+    carries no tokens, so its weight is irrelevant to the loss; 0 keeps everything finite)."""
+    zero = denominator == 0
+    return torch.where(zero, torch.zeros_like(numerator), numerator / torch.where(zero, 1.0, denominator))
+
+
+def _side_balanced(
+    lengths: torch.Tensor, advantages: torch.Tensor, index: torch.Tensor, n_groups: int, group_size: torch.Tensor,
+    mass: torch.Tensor,
+) -> torch.Tensor:
+    """Balanced weights with per-response ``mass`` (1 for BA, |A_i| for the mass generalisation).
+
+    On each side s of a group: w_i = (sum_{j in s} mass_j / G) / (sum_{j in s} mass_j |o_j|), so the side
+    carries total token weight sum_{s} mass / G (k/G for BA) spread as a token mean inside the side."""
+    weights = torch.zeros_like(lengths)
+    for side in (advantages > 0, advantages < 0):
+        side_mass = torch.where(side, mass, torch.zeros_like(mass))
+        side_share = _group_sum(side_mass, index, n_groups) / group_size
+        side_tokens = _group_sum(side_mass * lengths, index, n_groups)
+        weights = torch.where(side, _safe_div(side_share, side_tokens)[index], weights)
+    return weights
+
+
+def aggregation_weights(
+    rule: str,
+    lengths: Any,
+    advantages: Any,
+    group_ids: Any,
+    *,
+    scope: str = "group",
+    max_length: int | float | None = None,
+) -> torch.Tensor:
+    """Per-response weights w_i >= 0 of ``rule`` (see the module docstring for the formulas).
+
+    Args:
+        rule: a name from :data:`RULES` or :data:`ALIASES`.
+        lengths: [B] number of loss tokens of each response (>= 0).
+        advantages: [B] finite advantages; only their signs (and, for ``balanced-agg-mass``, their
+            magnitudes) matter.
+        group_ids: [B] the group (prompt) of each response; any hashable values, any order.
+        scope: ``group`` (mean of per-group losses) or ``batch`` (the batch is one group).
+        max_length: the constant length normaliser of ``dr-grpo`` (required there, ignored elsewhere).
+
+    Returns:
+        [B] weights in the advantages' floating dtype (float32 for integer advantages), computed in
+        float64. ``aggregate(per_token_loss, mask, weights)`` is then the rule's loss.
+    """
+    rule = canonical_rule(rule)
+    if rule == "dr-grpo":
+        if max_length is None:
+            raise ValueError("rule 'dr-grpo' needs max_length (the constant length normaliser)")
+        if not max_length > 0:
+            raise ValueError(f"max_length must be positive, got {max_length}")
+    lengths64, advantages64, index, n_groups, out_dtype = _validated(lengths, advantages, group_ids, scope)
+    if lengths64.numel() == 0:
+        return torch.zeros(0, dtype=out_dtype)
+
+    group_size = _group_sum(torch.ones_like(lengths64), index, n_groups)
+    if rule == "seq-agg":
+        weights = _safe_div(torch.ones_like(lengths64), group_size[index] * lengths64)
+    elif rule == "token-agg":
+        weights = _safe_div(torch.ones_like(lengths64), _group_sum(lengths64, index, n_groups)[index])
+    elif rule == "balanced-agg":
+        weights = _side_balanced(lengths64, advantages64, index, n_groups, group_size, torch.ones_like(lengths64))
+    elif rule == "balanced-agg-mass":
+        weights = _side_balanced(lengths64, advantages64, index, n_groups, group_size, advantages64.abs())
+    elif rule == "seq-mean-token-sum":
+        weights = 1.0 / group_size[index]
+    else:  # dr-grpo
+        weights = 1.0 / (group_size[index] * float(max_length))
+    return (weights / n_groups).to(out_dtype)
+
+
+def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The weighted token sum ``sum_i weights_i * sum_t mask_it * per_token_loss_it`` (a scalar).
+
+    A plain sum, so summing it over any split of the batch into micro-batches (with each row keeping its
+    weight) gives the whole batch's loss and gradients."""
+    if per_token_loss.dim() != 2:
+        raise ValueError(f"per_token_loss must be [batch, tokens], got shape {tuple(per_token_loss.shape)}")
+    if mask.shape != per_token_loss.shape:
+        raise ValueError(
+            f"mask shape {tuple(mask.shape)} does not match per_token_loss shape {tuple(per_token_loss.shape)}"
+        )
+    if weights.dim() != 1 or weights.numel() != per_token_loss.shape[0]:
+        raise ValueError(
+            f"weights must be [batch] = [{per_token_loss.shape[0]}], got shape {tuple(weights.shape)}"
+        )
+    per_response = (per_token_loss * mask.to(per_token_loss.dtype)).sum(-1)
+    return (per_response * weights.to(per_token_loss.dtype)).sum()
+
+
+def group_advantages(
+    rewards: Any, group_ids: Any, *, std: str = "population", eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO advantages A_i = (r_i - mean_g) / (std_g + eps), 0 in groups whose rewards are all equal.
+
+    ``std`` is ``population`` (the paper's analysis: a binary group with k of G correct then has
+    A = +sqrt((G-k)/k) and -sqrt(k/(G-k))), ``sample`` (Bessel-corrected, as TRL) or ``none`` (Dr.GRPO)."""
+    if std not in ("population", "sample", "none"):
+        raise ValueError(f"unknown std normalisation {std!r}; valid: population, sample, none")
+    rewards_t = _as_1d("rewards", rewards)
+    rewards64 = rewards_t.detach().to(torch.float64)
+    if not torch.isfinite(rewards64).all():
+        raise ValueError("rewards must be finite")
+    index, n_groups = _group_index(group_ids, rewards64.numel())
+    count = _group_sum(torch.ones_like(rewards64), index, n_groups)
+    mean = _group_sum(rewards64, index, n_groups) / count
+    centred = rewards64 - mean[index]
+    squares = _group_sum(centred**2, index, n_groups)
+    if std == "none":
+        return centred.float()
+    dof = count - 1 if std == "sample" else count
+    scale = torch.sqrt(_safe_div(squares, dof))[index]
+    return torch.where(scale > 0, centred / (scale + eps), torch.zeros_like(centred)).float()
+
+
+def length_diagnostics(
+    lengths: Any,
+    advantages: Any,
+    group_ids: Any,
+    *,
+    max_length: int | float | None = None,
+    rules: Sequence[str] | None = None,
+) -> dict[str, float]:
+    """Length statistics behind the paper's diagnosis, for one batch of responses.
+
+    Keys:
+        ``len_mean``, ``len_std`` (population), ``len_cv`` = std / mean over the batch;
+        ``len_cv_within_group``: mean over groups (with non-zero mean length) of the within-group CV;
+        ``len_pos_mean`` / ``len_neg_mean``: mean length of responses with A > 0 / A < 0 in mixed groups
+        (groups holding both signs); ``len_gap`` = ``len_neg_mean - len_pos_mean``;
+        ``mixed_group_frac``: share of groups that are mixed;
+        ``side_weight/<rule>/pos|neg``: sum over the side of w_i |o_i| |A_i|, the total weight times
+        advantage that ``rule`` (at its :data:`DEFAULT_SCOPES` scope) gives each side. Sequence and
+        balanced aggregation give both sides of a binary group the same sqrt(k(G-k))/G; token
+        aggregation tilts it towards the side with the longer responses (sign-length coupling).
+        ``dr-grpo`` is included only when ``max_length`` is given.
+    Undefined statistics (no mixed group, empty batch) are NaN.
+    """
+    lengths64, advantages64, index, n_groups, _ = _validated(lengths, advantages, group_ids, "group")
+    nan = float("nan")
+    if lengths64.numel() == 0:
+        return {"len_mean": nan, "len_std": nan, "len_cv": nan, "len_cv_within_group": nan,
+                "len_pos_mean": nan, "len_neg_mean": nan, "len_gap": nan, "mixed_group_frac": nan}
+
+    def mean_of(values: torch.Tensor) -> float:
+        return float(values.mean()) if values.numel() else nan
+
+    len_mean = float(lengths64.mean())
+    len_std = float(lengths64.std(unbiased=False))
+    group_size = _group_sum(torch.ones_like(lengths64), index, n_groups)
+    group_mean = _group_sum(lengths64, index, n_groups) / group_size
+    group_var = _group_sum((lengths64 - group_mean[index]) ** 2, index, n_groups) / group_size
+    has_length = group_mean > 0
+    within_cv = torch.sqrt(group_var[has_length]) / group_mean[has_length]
+
+    positive, negative = advantages64 > 0, advantages64 < 0
+    mixed_group = (_group_sum(positive.double(), index, n_groups) > 0) & (
+        _group_sum(negative.double(), index, n_groups) > 0
+    )
+    in_mixed = mixed_group[index]
+    len_pos_mean = mean_of(lengths64[positive & in_mixed])
+    len_neg_mean = mean_of(lengths64[negative & in_mixed])
+
+    stats = {
+        "len_mean": len_mean,
+        "len_std": len_std,
+        "len_cv": len_std / len_mean if len_mean > 0 else nan,
+        "len_cv_within_group": mean_of(within_cv),
+        "len_pos_mean": len_pos_mean,
+        "len_neg_mean": len_neg_mean,
+        "len_gap": len_neg_mean - len_pos_mean,
+        "mixed_group_frac": float(mixed_group.double().mean()),
+    }
+    for rule in rules if rules is not None else RULES:
+        rule = canonical_rule(rule)
+        if rule == "dr-grpo" and max_length is None:
+            continue
+        weights = aggregation_weights(
+            rule, lengths64, advantages64, index, scope=DEFAULT_SCOPES[rule], max_length=max_length
+        ).double()
+        carried = weights * lengths64 * advantages64.abs()
+        stats[f"side_weight/{rule}/pos"] = float(carried[positive].sum())
+        stats[f"side_weight/{rule}/neg"] = float(carried[negative].sum())
+    return stats

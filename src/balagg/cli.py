@@ -1,0 +1,44 @@
+"""``python -m balagg``: one subcommand per pipeline step, so every workflow rule can be run by hand.
+
+Each subcommand lives in ``balagg.commands.<name>`` and exposes ``add_parser(subparsers)``, which
+registers its arguments and sets ``func``. Command modules import their heavy dependencies (torch,
+transformers, TRL) inside ``func`` so that ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from balagg import __version__
+
+COMMAND_MODULES: tuple[str, ...] = ("weights",)
+"""Modules under ``balagg.commands``, in the order ``--help`` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m balagg",
+        description="Balanced Aggregation for GRPO: aggregation rules, training, evaluation, analysis.",
+    )
+    parser.add_argument("--version", action="version", version=f"balagg {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"balagg.commands.{name}").add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as error:  # bad input: one clear line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2

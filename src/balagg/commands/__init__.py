@@ -1,0 +1,1 @@
+"""Subcommands of ``python -m balagg`` (see :mod:`balagg.cli`)."""

@@ -1,0 +1,407 @@
+"""The aggregation rules: closed forms, invariances, and agreement with a slow loop version."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from balagg.aggregation import (
+    ALIASES,
+    DEFAULT_SCOPES,
+    RULES,
+    aggregate,
+    aggregation_weights,
+    canonical_rule,
+    group_advantages,
+    length_diagnostics,
+)
+
+# ------------------------------------------------------------------------------------------------
+# A slow, obviously-correct reference: loop over groups and responses, formulas as in the paper.
+# ------------------------------------------------------------------------------------------------
+
+
+def reference_weights(rule, lengths, advantages, group_ids, scope="group", max_length=None):
+    rule = canonical_rule(rule)
+    n = len(lengths)
+    if scope == "batch":
+        group_ids = [0] * n
+    groups: dict = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(g, []).append(i)
+    weights = [0.0] * n
+    for members in groups.values():
+        size = len(members)
+        pos = [i for i in members if advantages[i] > 0]
+        neg = [i for i in members if advantages[i] < 0]
+        for i in members:
+            if rule == "seq-agg":
+                w = 1.0 / (size * lengths[i]) if lengths[i] > 0 else 0.0
+            elif rule == "token-agg":
+                total = sum(lengths[j] for j in members)
+                w = 1.0 / total if total > 0 else 0.0
+            elif rule in ("balanced-agg", "balanced-agg-mass"):
+                side = pos if i in pos else neg if i in neg else None
+                if side is None:
+                    w = 0.0
+                else:
+                    mass = {j: (abs(advantages[j]) if rule == "balanced-agg-mass" else 1.0) for j in side}
+                    share = sum(mass.values()) / size
+                    tokens = sum(mass[j] * lengths[j] for j in side)
+                    w = share / tokens if tokens > 0 else 0.0
+            elif rule == "seq-mean-token-sum":
+                w = 1.0 / size
+            else:
+                w = 1.0 / (size * max_length)
+            weights[i] = w / len(groups)
+    return torch.tensor(weights, dtype=torch.float64)
+
+
+def reference_loss(rule, per_token_loss, mask, advantages, group_ids, scope="group", max_length=None):
+    """The rule's loss written the way the paper writes it: per group, per side, token means."""
+    lengths = mask.sum(-1)
+    if scope == "batch":
+        group_ids = [0] * len(lengths)
+    rule = canonical_rule(rule)
+    groups: dict = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(g, []).append(i)
+    sums = (per_token_loss * mask).sum(-1)
+    total = 0.0
+    for members in groups.values():
+        size = len(members)
+        if rule == "seq-agg":
+            loss = sum(sums[i] / lengths[i] for i in members) / size
+        elif rule == "token-agg":
+            loss = sum(sums[i] for i in members) / sum(lengths[i] for i in members)
+        elif rule == "balanced-agg":
+            pos = [i for i in members if advantages[i] > 0]
+            neg = [i for i in members if advantages[i] < 0]
+            loss = 0.0
+            for side in (pos, neg):
+                if side:
+                    token_mean = sum(sums[i] for i in side) / sum(lengths[i] for i in side)
+                    loss = loss + len(side) / size * token_mean
+        else:
+            raise NotImplementedError(rule)
+        total = total + loss
+    return total / len(groups)
+
+
+def binary_group(k, G, lengths):
+    rewards = [1.0] * k + [0.0] * (G - k)
+    advantages = group_advantages(rewards, [0] * G, eps=0.0)
+    return torch.tensor(lengths, dtype=torch.float64), advantages.double()
+
+
+def side_totals(rule, lengths, advantages, group_ids, **kw):
+    w = aggregation_weights(rule, lengths, advantages, group_ids, **kw).double()
+    carried = w * lengths * advantages.abs()
+    return float(carried[advantages > 0].sum()), float(carried[advantages < 0].sum())
+
+
+# ------------------------------------------------------------------------------------------------
+# Names and bad input
+# ------------------------------------------------------------------------------------------------
+
+
+def test_rule_names_and_aliases():
+    assert RULES == ("seq-agg", "token-agg", "balanced-agg", "balanced-agg-mass", "seq-mean-token-sum", "dr-grpo")
+    assert canonical_rule("seq-mean-token-mean") == "seq-agg"
+    assert canonical_rule("token-mean") == "token-agg"
+    assert canonical_rule("seq-mean-token-sum-norm") == "dr-grpo"
+    assert set(ALIASES.values()) <= set(RULES)
+    assert DEFAULT_SCOPES["token-agg"] == "batch" and DEFAULT_SCOPES["balanced-agg"] == "group"
+
+
+def test_alias_gives_same_weights_as_canonical():
+    lengths, adv = [3, 5, 7, 2], [1.0, -1.0, 1.0, -1.0]
+    groups = [0, 0, 1, 1]
+    for alias, rule in ALIASES.items():
+        kw = {"max_length": 10} if rule == "dr-grpo" else {}
+        assert torch.equal(aggregation_weights(alias, lengths, adv, groups, **kw),
+                           aggregation_weights(rule, lengths, adv, groups, **kw))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rule": "mean"}, "unknown aggregation rule 'mean'; valid rules: seq-agg"),
+        ({"lengths": [1, 2]}, "one entry per response"),
+        ({"lengths": [[1, 2, 3]]}, "lengths must be one-dimensional"),
+        ({"lengths": [1, -2, 3]}, "non-negative; negative at positions [1]"),
+        ({"advantages": [1.0, float("nan"), 0.0]}, "advantages must be finite; non-finite at positions [1]"),
+        ({"advantages": [1.0, float("inf"), 0.0]}, "advantages must be finite"),
+        ({"group_ids": [0, 0]}, "group_ids has 2 entries but there are 3 responses"),
+        ({"rule": "dr-grpo"}, "needs max_length"),
+        ({"rule": "dr-grpo", "max_length": 0}, "max_length must be positive"),
+        ({"scope": "micro"}, "unknown scope 'micro'"),
+    ],
+)
+def test_bad_input_raises_value_error_naming_the_problem(kwargs, message):
+    call = {"rule": "balanced-agg", "lengths": [1, 2, 3], "advantages": [1.0, -1.0, 0.0], "group_ids": [0, 0, 0]}
+    call.update(kwargs)
+    rule = call.pop("rule")
+    with pytest.raises(ValueError) as excinfo:
+        aggregation_weights(rule, **call)
+    assert message in str(excinfo.value)
+
+
+def test_aggregate_checks_shapes():
+    with pytest.raises(ValueError, match="mask shape"):
+        aggregate(torch.zeros(2, 3), torch.ones(2, 4), torch.ones(2))
+    with pytest.raises(ValueError, match="weights must be"):
+        aggregate(torch.zeros(2, 3), torch.ones(2, 3), torch.ones(3))
+
+
+# ------------------------------------------------------------------------------------------------
+# Closed forms
+# ------------------------------------------------------------------------------------------------
+
+
+def test_closed_form_weights_for_one_group():
+    lengths = [120, 80, 900, 700, 650]
+    adv = group_advantages([1, 1, 0, 0, 0], [0] * 5)
+    g = [0] * 5
+    seq = aggregation_weights("seq-agg", lengths, adv, g).double()
+    assert torch.allclose(seq, torch.tensor([1 / (5 * n) for n in lengths], dtype=torch.float64), rtol=1e-6)
+    tok = aggregation_weights("token-agg", lengths, adv, g).double()
+    assert torch.allclose(tok, torch.full((5,), 1 / 2450, dtype=torch.float64), rtol=1e-6)
+    ba = aggregation_weights("balanced-agg", lengths, adv, g).double()
+    expected = [(2 / 5) / 200] * 2 + [(3 / 5) / 2250] * 3
+    assert torch.allclose(ba, torch.tensor(expected, dtype=torch.float64), rtol=1e-6)
+    assert torch.allclose(aggregation_weights("seq-mean-token-sum", lengths, adv, g).double(),
+                          torch.full((5,), 0.2, dtype=torch.float64))
+    assert torch.allclose(aggregation_weights("dr-grpo", lengths, adv, g, max_length=1000).double(),
+                          torch.full((5,), 1 / 5000, dtype=torch.float64))
+
+
+def test_zero_advantage_response_gets_no_balanced_weight_and_is_not_counted_on_a_side():
+    # Non-binary rewards: the middle response has A == 0 exactly.
+    lengths = [10, 20, 30]
+    adv = torch.tensor([1.0, 0.0, -1.0])
+    ba = aggregation_weights("balanced-agg", lengths, adv, [0, 0, 0]).double()
+    assert ba[1] == 0
+    assert ba[0] == pytest.approx((1 / 3) / 10) and ba[2] == pytest.approx((1 / 3) / 30)
+
+
+def test_zero_length_responses_and_empty_batches_stay_finite():
+    w = aggregation_weights("seq-agg", [0, 4], [1.0, -1.0], [0, 0])
+    assert torch.isfinite(w).all() and w[0] == 0
+    assert aggregation_weights("token-agg", [0, 0], [1.0, -1.0], [0, 0]).eq(0).all()
+    assert aggregation_weights("balanced-agg", [], [], []).numel() == 0
+
+
+@pytest.mark.parametrize("G", [2, 5, 8, 16])
+def test_seq_and_balanced_give_each_side_the_same_total_whatever_the_lengths(G):
+    generator = torch.Generator().manual_seed(G)
+    for k in range(1, G):
+        lengths = torch.randint(1, 2000, (G,), generator=generator).double()
+        lengths_, adv = binary_group(k, G, lengths.tolist())
+        expected = math.sqrt(k * (G - k)) / G
+        for rule in ("seq-agg", "balanced-agg", "balanced-agg-mass"):
+            pos, neg = side_totals(rule, lengths_, adv, [0] * G)
+            assert pos == pytest.approx(expected, rel=1e-6), (rule, k)
+            assert neg == pytest.approx(expected, rel=1e-6), (rule, k)
+
+
+def test_token_agg_couples_the_side_totals_to_mean_lengths():
+    # k = 2 short positives, 3 long negatives: L+/k = 100 != L-/(G-k) = 750.
+    lengths, adv = binary_group(2, 5, [120, 80, 900, 700, 650])
+    pos, neg = side_totals("token-agg", lengths, adv, [0] * 5)
+    assert neg > 3 * pos
+    # The tilt is exactly the ratio of mean lengths (times the balanced totals, which are equal).
+    assert neg / pos == pytest.approx(750 / 100, rel=1e-6)
+    # and it vanishes when mean lengths agree even though individual lengths differ
+    lengths, adv = binary_group(2, 5, [50, 150, 100, 90, 110])
+    pos, neg = side_totals("token-agg", lengths, adv, [0] * 5)
+    assert pos == pytest.approx(neg, rel=1e-9)
+
+
+def test_all_rules_coincide_up_to_their_constant_when_lengths_are_equal():
+    groups = [0] * 4 + [1] * 4 + [2] * 4
+    adv = group_advantages([1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0], groups).double()
+    lengths = torch.full((12,), 7.0, dtype=torch.float64)
+    carried = {}
+    for rule in RULES:
+        w = aggregation_weights(rule, lengths, adv, groups, max_length=20).double()
+        carried[rule] = w * adv  # the effective per-token coefficient on each response
+    reference = carried["seq-agg"]
+    for rule, values in carried.items():
+        scale = values.abs().sum() / reference.abs().sum()
+        assert torch.allclose(values, scale * reference, atol=1e-12), rule
+    # Token-agg over the whole batch equals per-group token-agg when every group has equal tokens.
+    assert torch.allclose(aggregation_weights("token-agg", lengths, adv, groups, scope="batch").double(),
+                          aggregation_weights("token-agg", lengths, adv, groups).double())
+
+
+def test_balanced_mass_equals_balanced_when_abs_advantage_is_constant_per_side():
+    groups = [0] * 6 + [1] * 6
+    adv = group_advantages([1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 1], groups)
+    lengths = [5, 9, 30, 12, 40, 3, 8, 8, 21, 2, 13, 17]
+    assert torch.allclose(aggregation_weights("balanced-agg", lengths, adv, groups),
+                          aggregation_weights("balanced-agg-mass", lengths, adv, groups), rtol=1e-6)
+    # With non-binary advantages the two differ.
+    adv2 = torch.tensor([2.0, 0.5, -1, -1, -0.25, -0.25] * 2)
+    assert not torch.allclose(aggregation_weights("balanced-agg", lengths, adv2, groups),
+                              aggregation_weights("balanced-agg-mass", lengths, adv2, groups))
+
+
+def test_batch_scope_pools_the_sides_over_the_batch():
+    lengths = [10, 30, 20, 40]
+    adv = [1.0, -1.0, 1.0, -1.0]
+    w = aggregation_weights("balanced-agg", lengths, adv, [0, 0, 1, 1], scope="batch").double()
+    # k = 2 of B = 4 positive, L+ = 30, L- = 70.
+    expected = torch.tensor([0.5 / 30, 0.5 / 70, 0.5 / 30, 0.5 / 70], dtype=torch.float64)
+    assert torch.allclose(w, expected)
+    tok = aggregation_weights("token-agg", lengths, adv, [0, 0, 1, 1], scope="batch").double()
+    assert torch.allclose(tok, torch.full((4,), 1 / 100, dtype=torch.float64))
+
+
+def test_group_advantages():
+    adv = group_advantages([1, 0, 0, 0, 5, 5], [0, 0, 0, 0, 1, 1], eps=0.0)
+    assert adv[0] == pytest.approx(math.sqrt(3)) and adv[1] == pytest.approx(-math.sqrt(1 / 3))
+    assert adv[4] == 0 and adv[5] == 0  # all-equal group
+    sample = group_advantages([1, 0], [0, 0], std="sample", eps=0.0)
+    assert sample[0] == pytest.approx(1 / math.sqrt(2))
+    assert group_advantages([3, 1], ["a", "a"], std="none").tolist() == [1.0, -1.0]
+
+
+# ------------------------------------------------------------------------------------------------
+# The loss: agreement with the paper's formula, invariances
+# ------------------------------------------------------------------------------------------------
+
+
+def random_batch(seed, n_groups=4, G=6, T=12):
+    gen = torch.Generator().manual_seed(seed)
+    B = n_groups * G
+    rewards = torch.randint(0, 2, (B,), generator=gen).double()
+    groups = torch.arange(n_groups).repeat_interleave(G)
+    adv = group_advantages(rewards, groups).double()
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).double()
+    per_token = torch.randn(B, T, generator=gen, dtype=torch.float64) * adv.double()[:, None]
+    return per_token, mask, adv, groups, lengths
+
+
+@pytest.mark.parametrize("rule", ["seq-agg", "token-agg", "balanced-agg"])
+@pytest.mark.parametrize("scope", ["group", "batch"])
+def test_weighted_sum_equals_the_papers_formula(rule, scope):
+    per_token, mask, adv, groups, lengths = random_batch(1)
+    w = aggregation_weights(rule, lengths, adv, groups, scope=scope).double()
+    loss = aggregate(per_token, mask, w)
+    expected = reference_loss(rule, per_token, mask, adv.tolist(), groups.tolist(), scope=scope)
+    assert float(loss) == pytest.approx(float(expected), rel=1e-10)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_permutation_micro_batching_and_duplication_leave_the_loss_unchanged(rule):
+    per_token, mask, adv, groups, lengths = random_batch(2)
+    kw = {"max_length": 12}
+    params = per_token.clone().requires_grad_(True)
+    w = aggregation_weights(rule, lengths, adv, groups, **kw).double()
+    loss = aggregate(params, mask, w)
+    (grad,) = torch.autograd.grad(loss, params)
+    loss = loss.detach()
+
+    # permutation: shuffle rows, compute weights from the shuffled batch
+    perm = torch.randperm(len(groups), generator=torch.Generator().manual_seed(3))
+    w_perm = aggregation_weights(rule, lengths[perm], adv[perm], groups[perm], **kw).double()
+    assert torch.allclose(w_perm, w[perm], rtol=1e-12, atol=0)
+    assert float(aggregate(per_token[perm], mask[perm], w_perm)) == pytest.approx(float(loss), rel=1e-12)
+
+    # micro-batches: weights from the whole (shuffled) batch, loss summed over uneven chunks
+    params2 = per_token.clone().requires_grad_(True)
+    total = 0.0
+    for chunk in torch.tensor_split(perm, [3, 4, 11, 20]):
+        part = aggregate(params2[chunk], mask[chunk], w[chunk])
+        part.backward()
+        total += float(part.detach())
+    assert total == pytest.approx(float(loss), rel=1e-12)
+    assert torch.allclose(params2.grad, grad, rtol=1e-12, atol=1e-15)
+
+    # duplicating the batch: as extra groups, or as bigger groups
+    twice = lambda x: torch.cat([x, x])  # noqa: E731
+    for dup_groups in (torch.cat([groups, groups + 100]), twice(groups)):
+        w2 = aggregation_weights(rule, twice(lengths), twice(adv), dup_groups, **kw).double()
+        loss2 = aggregate(twice(per_token), twice(mask), w2)
+        assert float(loss2) == pytest.approx(float(loss), rel=1e-12)
+
+
+def test_group_ids_in_any_order_and_of_any_type():
+    lengths = [3, 4, 5, 6, 7, 8]
+    adv = [1.0, -1.0, -0.5, 1.0, 0.5, -1.0]
+    by_int = aggregation_weights("balanced-agg", lengths, adv, [7, 3, 7, 3, 7, 3])
+    by_str = aggregation_weights("balanced-agg", lengths, adv, ["p7", "p3", "p7", "p3", "p7", "p3"])
+    assert torch.equal(by_int, by_str)
+    assert torch.allclose(by_int.double(), reference_weights("balanced-agg", lengths, adv, [7, 3, 7, 3, 7, 3]))
+
+
+def test_weights_dtype_follows_advantages():
+    assert aggregation_weights("seq-agg", [1, 2], torch.tensor([1.0, -1.0]), [0, 0]).dtype == torch.float32
+    assert aggregation_weights("seq-agg", [1, 2], torch.tensor([1.0, -1.0], dtype=torch.float64),
+                               [0, 0]).dtype == torch.float64
+    assert aggregation_weights("seq-agg", [1, 2], [1, -1], [0, 0]).dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------------------------
+# Property-based: the vectorised weights against the loop version
+# ------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def batches(draw):
+    n = draw(st.integers(1, 40))
+    lengths = draw(st.lists(st.integers(0, 500), min_size=n, max_size=n))
+    advantages = draw(st.lists(
+        st.one_of(st.just(0.0), st.floats(0.01, 5), st.floats(-5, -0.01)), min_size=n, max_size=n))
+    groups = draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    return lengths, advantages, groups
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches(), st.sampled_from(RULES), st.sampled_from(["group", "batch"]))
+def test_vectorised_weights_match_the_loop_version(batch, rule, scope):
+    lengths, advantages, groups = batch
+    got = aggregation_weights(rule, lengths, torch.tensor(advantages, dtype=torch.float64), groups,
+                              scope=scope, max_length=512)
+    expected = reference_weights(rule, lengths, advantages, groups, scope=scope, max_length=512)
+    assert torch.allclose(got, expected, rtol=1e-9, atol=1e-15)
+    assert (got >= 0).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# Diagnostics
+# ------------------------------------------------------------------------------------------------
+
+
+def test_length_diagnostics_values():
+    # group 0: mixed, positives 10 and 20, negatives 40 and 50; group 1: all correct, lengths 5 and 15
+    lengths = [10, 20, 40, 50, 5, 15]
+    groups = [0, 0, 0, 0, 1, 1]
+    adv = group_advantages([1, 1, 0, 0, 1, 1], groups)
+    d = length_diagnostics(lengths, adv, groups, max_length=64)
+    values = torch.tensor(lengths, dtype=torch.float64)
+    assert d["len_mean"] == pytest.approx(float(values.mean()))
+    assert d["len_cv"] == pytest.approx(float(values.std(unbiased=False) / values.mean()))
+    cv0 = float(torch.tensor([10.0, 20, 40, 50]).std(unbiased=False) / 30)
+    cv1 = 5 / 10
+    assert d["len_cv_within_group"] == pytest.approx((cv0 + cv1) / 2)
+    assert d["len_pos_mean"] == 15 and d["len_neg_mean"] == 45 and d["len_gap"] == 30
+    assert d["mixed_group_frac"] == 0.5
+    for rule in RULES:
+        assert f"side_weight/{rule}/pos" in d and f"side_weight/{rule}/neg" in d
+    # seq/BA balance the sides; token-agg tilts towards the longer (negative) side
+    assert d["side_weight/balanced-agg/pos"] == pytest.approx(d["side_weight/balanced-agg/neg"])
+    assert d["side_weight/seq-agg/pos"] == pytest.approx(d["side_weight/seq-agg/neg"])
+    assert d["side_weight/token-agg/neg"] == pytest.approx(3 * d["side_weight/token-agg/pos"])
+
+
+def test_length_diagnostics_without_mixed_groups_is_nan_not_wrong():
+    d = length_diagnostics([3, 4], [0.0, 0.0], [0, 0])
+    assert math.isnan(d["len_gap"]) and d["mixed_group_frac"] == 0
+    assert "side_weight/dr-grpo/pos" not in d  # no max_length given

@@ -1,0 +1,39 @@
+"""The command line: ``python -m balagg``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from balagg.cli import COMMAND_MODULES, main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "balagg", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_subcommand():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for name in COMMAND_MODULES:
+        assert name.replace("_", "-") in result.stdout
+
+
+def test_weights_shows_sign_length_coupling(capsys):
+    assert main(["weights", "--rewards", "1,1,0,0,0", "--lengths", "120,80,900,700,650"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and "-agg" in line.split()[0]}
+    assert set(rows) >= {"seq-agg", "token-agg", "balanced-agg", "balanced-agg-mass"}
+    # last column is pos/neg: balanced for seq and BA, tilted to the long negatives for token-agg
+    assert float(rows["seq-agg"][-1]) == 1.0 and float(rows["balanced-agg"][-1]) == 1.0
+    assert float(rows["token-agg"][-1]) < 0.2
+    # BA gives both short positives the same token weight: (2/5)/200 per token = 2.000 per 1000 tokens
+    assert rows["balanced-agg"][2:4] == ["2.000", "2.000"]
+
+
+def test_weights_rejects_mismatched_input_with_a_clear_message():
+    result = run_cli("weights", "--rewards", "1,0", "--lengths", "5,6,7")
+    assert result.returncode == 2
+    assert "got 2 rewards but 3 lengths" in result.stderr
+    result = run_cli("weights", "--rewards", "1,x", "--lengths", "5,6")
+    assert result.returncode == 2 and "comma-separated numbers" in result.stderr

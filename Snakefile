@@ -1,24 +1,47 @@
-"""balagg workflow entry point.
+"""balagg: the paper's pipeline as one DAG.
 
-Until the full grid lands (data -> train -> evaluate -> analysis, see README "Status"), the default
-target runs what exists: the aggregation-weights report for the example group in the config.
+    data (tiny world or real datasets) -> train every cell -> generate + score every checkpoint
+    -> per-cell curves -> Table 1, Figures 1-3, diagnosis; MLflow alongside.
+
+`snakemake --cores all` runs the embedded default (configs/default.yaml); `snakemake --profile slurm
+--configfile configs/paper.yaml` runs the paper's grid on a Slurm cluster. See README.
 """
 
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
-configfile: "configs/default.yaml"
+
+# The embedded default, unless config files are given (`--configfile configs/paper.yaml [more.yaml]`):
+# Snakemake would otherwise merge the grids (models, datasets) of both files into one.
+if not workflow.overwrite_configfiles:
+
+    configfile: "configs/default.yaml"
+
 
 validate(config, "workflow/schemas/config.schema.yaml")
 
-CAMPAIGN = config["campaign"]
+
+include: "workflow/rules/common.smk"
 
 
-include: "workflow/rules/aggregation.smk"
+wildcard_constraints:
+    model=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    aggregator=r"[a-z-]+",
+    seed=r"\d+",
+    step=r"\d{6}",
+    kind=r"train|bench",
+
+
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/tracking.smk"
 
 
 rule all:
     default_target: True
     input:
-        f"results/{CAMPAIGN}/aggregation/weights_example.txt",
+        cell_paths("eval/curve.csv"),
+        cell_paths("eval/mlflow.json"),

@@ -1,0 +1,63 @@
+# Data: the tiny world (when a source is "tinyworld") and normalised JSONL for every training set and
+# benchmark (docs/files.md).
+
+
+rule tinyworld_data:
+    """Synthetic training sets and benchmarks in the real datasets' raw schemas."""
+    output:
+        manifest=f"{RESULTS}/tinyworld/raw/manifest.json",
+    params:
+        out=output_dir,
+        seed=config["tinyworld"]["seed"],
+        train_problems=config["tinyworld"]["train_problems"],
+        bench_problems=config["tinyworld"]["bench_problems"],
+    log:
+        f"{RESULTS}/logs/tinyworld_data.log",
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "python -m balagg tinyworld data --out {params.out} --seed {params.seed}"
+        " --train-problems {params.train_problems} --bench-problems {params.bench_problems} > {log} 2>&1"
+
+
+rule tinyworld_model:
+    """A tiny Qwen2 model, warm-started by supervised training, with its step-0 data card."""
+    input:
+        raw=f"{RESULTS}/tinyworld/raw/manifest.json",
+    output:
+        card=f"{RESULTS}/models/{{model}}/card.json",
+    params:
+        out=output_dir,
+        raw=raw_dir,
+        size=tinyworld_size,
+        seed=config["tinyworld"]["seed"],
+        sft_steps=config["tinyworld"]["sft_steps"],
+    log:
+        f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tinyworld_model/{{model}}.tsv"
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "python -m balagg tinyworld model --size {params.size} --raw {params.raw} --seed {params.seed}"
+        " --sft-steps {params.sft_steps} --out {params.out} > {log} 2>&1"
+
+
+rule prepare_data:
+    """One normalised JSONL per training set (kind train) or benchmark (kind bench)."""
+    input:
+        data_inputs,
+    output:
+        f"{RESULTS}/data/{{kind}}/{{name}}.jsonl",
+    params:
+        loader=data_loader,
+        source=data_source_arg,
+        on_bad_row=config["data"]["on_bad_row"],
+        limit=data_limit,
+    log:
+        f"{RESULTS}/logs/prepare_data/{{kind}}-{{name}}.log",
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "python -m balagg prepare-data --loader {params.loader} --source {params.source}"
+        " --on-bad-row {params.on_bad_row} --limit {params.limit} --out {output} > {log} 2>&1"

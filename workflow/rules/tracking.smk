@@ -1,0 +1,33 @@
+# MLflow: the database and experiment are created once, locally, before any job logs (a fresh SQLite
+# store opened by many jobs at once races on its migrations). Files stay the source of truth.
+
+
+rule mlflow_setup:
+    output:
+        f"{RESULTS}/mlflow/experiment.json",
+    params:
+        uri=tracking_uri(),
+        experiment=CAMPAIGN,
+    log:
+        f"{RESULTS}/logs/mlflow_setup.log",
+    localrule: True
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "python -m balagg track setup --tracking-uri {params.uri} --experiment {params.experiment} --out {output} > {log} 2>&1"
+
+
+rule mlflow_log_eval:
+    """Evaluation metrics into the cell's run, at their training steps (eval/<benchmark>/acc@8, ...)."""
+    input:
+        manifest=f"{CELL}/manifest.json",
+        curve=f"{CELL}/eval/curve.csv",
+    output:
+        f"{CELL}/eval/mlflow.json",
+    log:
+        f"{CELL}/logs/mlflow_log_eval.log",
+    localrule: True
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "python -m balagg track eval --manifest {input.manifest} --curve {input.curve} --out {output} > {log} 2>&1"

@@ -1,0 +1,44 @@
+# Training: one job per grid cell. Resumable state lives in the cell's train/ work folder, which is not a
+# declared output (Snakemake deletes declared outputs of failed jobs); the manifest, written last, is.
+
+
+rule cell_config:
+    """The resolved per-cell config; rewritten (and training rerun) only when a value changes."""
+    output:
+        f"{CELL}/cell.json",
+    params:
+        cell=cell_config,
+    log:
+        f"{CELL}/logs/cell_config.log",
+    localrule: True
+    run:
+        write_json(output[0], params.cell)
+
+
+rule train:
+    """GRPO on TRL with the cell's aggregation rule; resumes from the newest complete checkpoint."""
+    input:
+        cell=f"{CELL}/cell.json",
+        data=f"{RESULTS}/data/train/{{dataset}}.jsonl",
+        model=model_inputs,
+        tracking=f"{RESULTS}/mlflow/experiment.json",
+    output:
+        manifest=f"{CELL}/manifest.json",
+    params:
+        workdir=f"{CELL}/train",
+        launcher=train_launcher,
+    log:
+        f"{CELL}/logs/train.log",
+    benchmark:
+        f"{CELL}/benchmarks/train.tsv"
+    threads: 1
+    resources:
+        gpu=model_resource("train_resources", "gpus"),
+        cpus_per_task=model_resource("train_resources", "cpus"),
+        mem_mb=model_resource("train_resources", "mem_mb"),
+        runtime=model_resource("train_resources", "runtime"),
+    conda:
+        "../../envs/gpu.yaml"
+    shell:
+        "{params.launcher} -m balagg train --cell {input.cell} --workdir {params.workdir}"
+        " --out {output.manifest} > {log} 2>&1"

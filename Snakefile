@@ -19,6 +19,10 @@ if not workflow.overwrite_configfiles:
     configfile: "configs/default.yaml"
 
 
+# `--config seeds=[0,1]` hands the list items over as strings.
+if isinstance(config.get("seeds"), list):
+    config["seeds"] = [int(s) if isinstance(s, str) and s.isdigit() else s for s in config["seeds"]]
+
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

@@ -1,43 +1,127 @@
-"""The Snakemake entry point: the default target runs and produces what it names."""
+"""The Snakemake workflow, checked through dry runs: the grid, config validation, single-cell reruns.
+
+The full smoke run (every rule executed) lives in test_pipeline.py.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
+WORKFLOW_FILES = ("Snakefile", "workflow", "configs", "envs", "analysis")
 
 
-def snakemake(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def snakemake(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     """Run the venv's snakemake with the venv first on PATH, as `make demo` does (rules call `python`)."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([str(bin_dir / "snakemake"), "--snakefile", str(REPO / "Snakefile"), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run([str(bin_dir / "snakemake"), *args], cwd=cwd, capture_output=True, text=True,
+                            timeout=600, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
 
 
-def copy_workflow(tmp_path: Path) -> Path:
-    for name in ("Snakefile", "workflow", "configs"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A copy of the workflow in a fresh folder, so runs never touch the repository's results/."""
+    for name in WORKFLOW_FILES:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, tmp_path / name)
+        elif source.exists():
+            shutil.copy(source, tmp_path / name)
     return tmp_path
 
 
-def test_default_target_writes_the_weights_report(tmp_path):
-    work = copy_workflow(tmp_path)
-    result = snakemake("--cores", "1", cwd=work)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = (work / "results/default/aggregation/weights_example.txt").read_text()
-    assert "balanced-agg" in report and "token-agg" in report
-    assert (work / "results/default/logs/weights_example.log").exists()
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run as {rule: count}."""
+    table = output.split("Job stats:", 1)[1]
+    counts = {}
+    for line in table.splitlines():
+        match = re.match(r"^([a-z_0-9]+)\s+(\d+)$", line.strip())
+        if match:
+            counts[match.group(1)] = int(match.group(2))
+        if line.strip().startswith("total"):
+            break
+    return counts
 
 
-def test_bad_config_stops_before_any_job_naming_the_key(tmp_path):
-    work = copy_workflow(tmp_path)
-    result = snakemake("--cores", "1", "--config", "campaign=bad name!", cwd=work)
+def test_lint_is_clean(workdir):
+    result = snakemake("--lint", cwd=workdir)
+    assert "Congratulations" in result.stdout + result.stderr
+
+
+def test_paper_grid_resolves_every_job_up_front(workdir):
+    result = snakemake("-n", "--configfile", "configs/paper.yaml", cwd=workdir)
+    counts = job_counts(result.stdout)
+    cells = 2 * 2 * 3
+    checkpoints = len(range(0, 3200 + 1, 160))  # step 0, every 160 steps, last step 3200
+    assert counts["train"] == cells
+    assert counts["cell_config"] == cells
+    assert counts["generate"] == counts["score"] == cells * checkpoints
+    assert counts["collect_curve"] == cells
+    assert counts["prepare_data"] == 2 + 6  # two training sets, six benchmarks
+    assert "tinyworld_data" not in counts and "tinyworld_model" not in counts
+    # The real grid trains the real models: accelerate with the model's GPU count.
+    assert "accelerate launch --config_file configs/accelerate/zero3.yaml --num_processes 8" in \
+        snakemake("-n", "-p", "--configfile", "configs/paper.yaml", cwd=workdir).stdout
+
+
+def test_default_grid_is_the_papers_shape_on_the_tiny_world(workdir):
+    counts = job_counts(snakemake("-n", cwd=workdir).stdout)
+    assert counts["train"] == 12
+    assert counts["tinyworld_model"] == 2 and counts["tinyworld_data"] == 1
+    assert counts["generate"] == 12 * 5  # steps 0, 25, 50, 75, 100
+
+
+def test_second_configfile_overrides_keys(workdir):
+    (workdir / "longer.yaml").write_text("train:\n  total_steps: 6\n")
+    counts = job_counts(snakemake("-n", "--configfile", "configs/smoke.yaml", "longer.yaml", cwd=workdir).stdout)
+    assert counts["generate"] == 3 * 4  # steps 0, 2, 4, 6
+    counts = job_counts(snakemake("-n", "--configfile", "configs/smoke.yaml", "--config", "seeds=[0,1]",
+                                  cwd=workdir).stdout)
+    assert counts["train"] == 6
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        (["--config", "aggregators=[token-agg,bogus-agg]"], "bogus-agg"),
+        (["--config", "campaign=bad name!"], "campaign"),
+        (["--config", "surprise=1"], "surprise"),
+    ],
+)
+def test_bad_config_stops_before_any_job_naming_the_problem(workdir, override, named):
+    result = snakemake("--cores", "1", "--configfile", "configs/smoke.yaml", *override, cwd=workdir, check=False)
     assert result.returncode != 0
-    assert "campaign" in result.stderr
-    assert not (work / "results").exists()
+    assert named in result.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_forcing_one_cell_schedules_only_that_cell_and_the_analysis(workdir):
+    # Mark the whole smoke grid as done without running it: create every output, then --touch.
+    summary = snakemake("--configfile", "configs/smoke.yaml", "--summary", cwd=workdir).stdout
+    for line in summary.splitlines()[1:]:
+        path = workdir / line.split("\t")[0]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    snakemake("--configfile", "configs/smoke.yaml", "--touch", "--cores", "1", cwd=workdir)
+    assert "Nothing to be done" in snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout
+
+    cell = "results/smoke/tiny-s/arith-long/balanced-agg/seed0"
+    result = snakemake("-n", "--configfile", "configs/smoke.yaml", "-R", f"{cell}/manifest.json", cwd=workdir)
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", result.stdout, flags=re.MULTILINE)
+    per_cell = [(rule, body) for rule, body in jobs if "aggregator=" in body]
+    assert {rule for rule, _ in per_cell} >= {"train", "generate", "score", "collect_curve"}
+    assert all("aggregator=balanced-agg" in body for _, body in per_cell), per_cell
+    counts = job_counts(result.stdout)
+    assert counts["train"] == 1 and counts["generate"] == 3 and counts["score"] == 3
+    assert "prepare_data" not in counts and "tinyworld_model" not in counts

@@ -63,10 +63,11 @@ def test_paper_grid_resolves_every_job_up_front(workdir):
     result = snakemake("-n", "--configfile", "configs/paper.yaml", cwd=workdir)
     counts = job_counts(result.stdout)
     cells = 2 * 2 * 3
-    checkpoints = len(range(0, 3200 + 1, 160))  # step 0, every 160 steps, last step 3200
+    trained_checkpoints = len(range(160, 3200 + 1, 160))  # every 160 steps up to the last, 3200
     assert counts["train"] == cells
     assert counts["cell_config"] == cells
-    assert counts["generate"] == counts["score"] == cells * checkpoints
+    # step 0 is the initial model: evaluated once per model, shared by that model's cells
+    assert counts["generate"] == counts["score"] == cells * trained_checkpoints + 2
     assert counts["collect_curve"] == cells
     assert counts["prepare_data"] == 2 + 6  # two training sets, six benchmarks
     assert "tinyworld_data" not in counts and "tinyworld_model" not in counts
@@ -79,13 +80,13 @@ def test_default_grid_is_the_papers_shape_on_the_tiny_world(workdir):
     counts = job_counts(snakemake("-n", cwd=workdir).stdout)
     assert counts["train"] == 12
     assert counts["tinyworld_model"] == 2 and counts["tinyworld_data"] == 1
-    assert counts["generate"] == 12 * 5  # steps 0, 25, 50, 75, 100
+    assert counts["generate"] == 12 * 4 + 2  # steps 25, 50, 75, 100 per cell; step 0 once per model
 
 
 def test_second_configfile_overrides_keys(workdir):
     (workdir / "longer.yaml").write_text("train:\n  total_steps: 6\n")
     counts = job_counts(snakemake("-n", "--configfile", "configs/smoke.yaml", "longer.yaml", cwd=workdir).stdout)
-    assert counts["generate"] == 3 * 4  # steps 0, 2, 4, 6
+    assert counts["generate"] == 3 * 3 + 1  # steps 2, 4, 6 per cell, step 0 once
     counts = job_counts(snakemake("-n", "--configfile", "configs/smoke.yaml", "--config", "seeds=[0,1]",
                                   cwd=workdir).stdout)
     assert counts["train"] == 6
@@ -119,9 +120,11 @@ def test_forcing_one_cell_schedules_only_that_cell_and_the_analysis(workdir):
     cell = "results/smoke/tiny-s/arith-long/balanced-agg/seed0"
     result = snakemake("-n", "--configfile", "configs/smoke.yaml", "-R", f"{cell}/manifest.json", cwd=workdir)
     jobs = re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", result.stdout, flags=re.MULTILINE)
-    per_cell = [(rule, body) for rule, body in jobs if "aggregator=" in body]
+    per_cell = [(rule, body) for rule, body in jobs if "aggregator=" in body or "run=" in body]
     assert {rule for rule, _ in per_cell} >= {"train", "generate", "score", "collect_curve"}
-    assert all("aggregator=balanced-agg" in body for _, body in per_cell), per_cell
+    assert all("aggregator=balanced-agg" in body or "run=arith-long/balanced-agg/seed0" in body
+               for _, body in per_cell), per_cell
     counts = job_counts(result.stdout)
-    assert counts["train"] == 1 and counts["generate"] == 3 and counts["score"] == 3
+    # steps 2 and 4 of that cell; the initial model's step 0 is unchanged
+    assert counts["train"] == 1 and counts["generate"] == 2 and counts["score"] == 2
     assert "prepare_data" not in counts and "tinyworld_model" not in counts

@@ -13,6 +13,9 @@ from pathlib import Path
 CAMPAIGN = config["campaign"]
 RESULTS = f"results/{CAMPAIGN}"
 CELL = os.path.join(RESULTS, "{model}", "{dataset}", "{aggregator}", "seed{seed}")
+# What an evaluation belongs to: a cell ("{dataset}/{aggregator}/seed{seed}") or the initial model.
+EVAL_RUN = os.path.join(RESULTS, "{model}", "{run}")
+INITIAL = "initial"
 BENCHMARKS = list(config["benchmarks"])
 TINYWORLD = "tinyworld"
 RESOURCE_DEFAULTS = {"gpus": 0, "cpus": 1, "mem_mb": 4000, "runtime": 60}
@@ -48,9 +51,28 @@ def step_tag(step):
 
 
 def cell_step_summaries(wildcards):
-    """Every checkpoint's summary.json of one cell."""
+    """Every checkpoint's summary.json of one cell; step 0's is the initial model's, shared by all cells."""
     cell = CELL.format(**wildcards)
-    return [f"{cell}/eval/step-{step_tag(s)}/summary.json" for s in checkpoint_steps(wildcards.model)]
+    initial = EVAL_RUN.format(model=wildcards.model, run=INITIAL)
+    return [
+        f"{initial if step == 0 else cell}/eval/step-{step_tag(step)}/summary.json"
+        for step in checkpoint_steps(wildcards.model)
+    ]
+
+
+def generate_weights_inputs(wildcards):
+    """The initial model's files (step 0) or the cell's manifest (its checkpoints)."""
+    if wildcards.run == INITIAL:
+        return model_inputs(wildcards)
+    return [f"{EVAL_RUN.format(**wildcards)}/manifest.json"]
+
+
+def checkpoint_path(wildcards):
+    if wildcards.run == INITIAL:
+        if int(wildcards.step) != 0:
+            raise ValueError(f"the initial model has only step 0, not {wildcards.step}")
+        return model_source(wildcards.model)
+    return f"{EVAL_RUN.format(**wildcards)}/train/checkpoints/step-{wildcards.step}"
 
 
 def tracking_uri():

@@ -1,24 +1,26 @@
 # Evaluation: one generation job per (cell, checkpoint step) loads the model once for all benchmarks;
 # scoring is a separate CPU job so it can rerun when the verifier changes; collect_curve gathers a cell.
+# Step 0 is the initial model, the same for every cell of a model: it is evaluated once, under
+# results/{campaign}/{model}/initial/, and shared by those cells' curves.
 
 rule generate:
     """n samples per problem of every benchmark from one checkpoint."""
     input:
-        manifest=f"{CELL}/manifest.json",
+        weights=generate_weights_inputs,
         benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
     output:
-        f"{CELL}/eval/step-{{step}}/generations.jsonl",
+        f"{EVAL_RUN}/eval/step-{{step}}/generations.jsonl",
     params:
-        checkpoint=f"{CELL}/train/checkpoints/step-{{step}}",
+        checkpoint=checkpoint_path,
         bench_dir=bench_dir,
         benchmarks=",".join(BENCHMARKS),
         sampling=generation_args(),
         out=output_dir,
         chat_template=chat_template_flag,
     log:
-        f"{CELL}/logs/generate-{{step}}.log",
+        f"{EVAL_RUN}/logs/generate-{{step}}.log",
     benchmark:
-        f"{CELL}/benchmarks/generate-{{step}}.tsv"
+        f"{EVAL_RUN}/benchmarks/generate-{{step}}.tsv"
     threads: 1
     resources:
         gpu=model_resource("generate_resources", "gpus"),
@@ -35,17 +37,17 @@ rule generate:
 rule score:
     """Per-problem correctness, Acc@n / Best@n per benchmark and the mean (docs/files.md)."""
     input:
-        generations=f"{CELL}/eval/step-{{step}}/generations.jsonl",
+        generations=f"{EVAL_RUN}/eval/step-{{step}}/generations.jsonl",
         benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
     output:
-        scores=f"{CELL}/eval/step-{{step}}/scores.jsonl",
-        summary=f"{CELL}/eval/step-{{step}}/summary.json",
+        scores=f"{EVAL_RUN}/eval/step-{{step}}/scores.jsonl",
+        summary=f"{EVAL_RUN}/eval/step-{{step}}/summary.json",
     params:
         bench_dir=bench_dir,
         code_timeout=config["eval"]["code_timeout_s"],
         out=output_dir,
     log:
-        f"{CELL}/logs/score-{{step}}.log",
+        f"{EVAL_RUN}/logs/score-{{step}}.log",
     threads: 1
     conda:
         "../../envs/cpu.yaml"

@@ -159,6 +159,8 @@ def test_finish_cuts_at_the_first_stop_and_counts_it(checkpoint):
                        "text": "ab", "finish_reason": "stop", "num_tokens": 3}
     cut = finish(request, Completion([a, b, a, b, a, b]), tokenizer, stops)
     assert (cut["text"], cut["finish_reason"], cut["num_tokens"]) == ("abab", "length", 4)
+    late_stop = finish(request, Completion([a, b, a, b, eos]), tokenizer, stops)  # stop past the budget
+    assert (late_stop["finish_reason"], late_stop["num_tokens"]) == ("length", 4)
 
 
 def test_stop_ids_include_the_generation_config_list(tmp_path):

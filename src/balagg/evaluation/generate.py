@@ -254,12 +254,11 @@ def build_requests(name: str, records: list[dict], tokenizer, config: Generation
 
 def finish(request: Request, completion: Completion, tokenizer, stops: list[int]) -> dict:
     """The generations.jsonl line: cut at the first stop token (kept in the count), decode, reason."""
-    ids = list(completion.token_ids)
+    ids = list(completion.token_ids)[: request.max_new_tokens]  # a batch may run past a row's budget
     stop_at = next((i for i, t in enumerate(ids) if t in stops), None)
     if stop_at is not None:
         ids, reason = ids[: stop_at + 1], "stop"
     else:
-        ids = ids[: request.max_new_tokens]
         reason = "length" if len(ids) == request.max_new_tokens else (completion.finish_reason or "length")
     return {"benchmark": request.benchmark, "problem_id": request.problem_id, "sample": request.sample,
             "seed": request.seed, "text": tokenizer.decode(ids, skip_special_tokens=True),

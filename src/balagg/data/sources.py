@@ -47,9 +47,10 @@ SOURCES: dict[str, Source] = {
         Source("minerva", "benchmark", "math-ai/minervamath", "test", None, rows.minerva,
                "minerva", expected_rows=272,
                note="or QwenLM/Qwen2.5-Math evaluation/data/minerva_math/test.jsonl as a local file"),
-        Source("livecodebench", "benchmark", "lighteval/code_generation_lite", "test", "release_v5",
+        Source("livecodebench", "benchmark", "lighteval/code_generation_lite", "test", "release_v6",
                livecodebench.normalise_row, "livecodebench", kind="code",
-               note="parquet re-upload of livecodebench/code_generation_lite; window default "
+               note="parquet re-upload of livecodebench/code_generation_lite (release_v6 runs to 2025-04, so "
+                    "it covers the window); window default "
                     f"{livecodebench.DEFAULT_WINDOW[0]}..{livecodebench.DEFAULT_WINDOW[1]} (279 problems)"),
         Source("dapo-math-17k", "train", "BytedTsinghua-SIA/DAPO-Math-17k", "train", None, rows.dapo,
                "dapo", dedupe=True, hub_file="data/dapo-math-17k.parquet",

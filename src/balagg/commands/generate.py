@@ -1,0 +1,79 @@
+"""``python -m balagg generate``: n samples per problem of each benchmark from one checkpoint.
+
+Reads ``{benchmarks-dir}/{name}.jsonl`` (written by ``prepare-data``) and writes
+``{out}/generations.jsonl`` (one line per problem and sample, docs/files.md) and ``{out}/generation.json``
+(settings, backend, versions). The model is loaded once for all benchmarks. A rerun with the same
+settings resumes after the last completed benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from balagg.evaluation.generate import BACKENDS, PROMPT_STYLES, GenerationConfig
+
+    defaults = GenerationConfig()
+    parser = subparsers.add_parser(
+        "generate", help="sample n answers per benchmark problem from a checkpoint",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="HF model folder (model + tokenizer)")
+    parser.add_argument("--benchmarks-dir", required=True, help="folder with {benchmark}.jsonl files")
+    parser.add_argument("--benchmarks", required=True, help="comma-separated names, e.g. math500,aime24")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--n", type=int, default=defaults.n, help="samples per problem (default %(default)s)")
+    parser.add_argument("--temperature", type=float, default=defaults.temperature, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=defaults.top_p)
+    parser.add_argument("--top-k", type=int, default=defaults.top_k, help="0 = off")
+    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="new tokens per sample")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="base seed (per-sample seeds derive from it)")
+    parser.add_argument("--prompt-style", choices=PROMPT_STYLES, default=defaults.prompt_style,
+                        help="chat template, plain template, or auto (chat if the tokenizer has one)")
+    parser.add_argument("--system-prompt", default=None, help="system message (chat style)")
+    parser.add_argument("--math-template", default=defaults.math_template,
+                        help="user turn for math problems, with {problem}; @FILE reads it from a file")
+    parser.add_argument("--code-template", default=defaults.code_template,
+                        help="user turn for code problems, with {problem} and {code_instructions}; @FILE reads a file")
+    parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend)
+    parser.add_argument("--dtype", default=defaults.dtype, help="auto, float32, bfloat16, ...")
+    parser.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="transformers backend")
+    parser.add_argument("--threads", type=int, default=defaults.num_threads, help="transformers backend")
+    parser.add_argument("--kv-cache-bytes", type=int, default=None, help="vLLM KV cache size (CPU default 512 MiB)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=defaults.gpu_memory_utilization)
+    parser.add_argument("--tensor-parallel-size", type=int, default=defaults.tensor_parallel_size)
+    parser.add_argument("--enforce-eager", action="store_true", help="vLLM: no torch.compile / CUDA graphs")
+    parser.set_defaults(func=run)
+
+
+def _template(value: str) -> str:
+    if value.startswith("@"):
+        path = Path(value[1:])
+        if not path.is_file():
+            raise ValueError(f"template file {path} not found")
+        return path.read_text()
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from balagg.evaluation.generate import GenerationConfig, generate
+
+    config = GenerationConfig(
+        n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
+        seed=args.seed, prompt_style=args.prompt_style, system_prompt=args.system_prompt,
+        math_template=_template(args.math_template), code_template=_template(args.code_template),
+        backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len, batch_size=args.batch_size,
+        num_threads=args.threads, kv_cache_memory_bytes=args.kv_cache_bytes,
+        gpu_memory_utilization=args.gpu_memory_utilization, tensor_parallel_size=args.tensor_parallel_size,
+        enforce_eager=args.enforce_eager)
+    benchmarks = [name.strip() for name in args.benchmarks.split(",") if name.strip()]
+    summary = generate(args.checkpoint, args.benchmarks_dir, benchmarks, args.out, config)
+    print(json.dumps({"out": summary.out, "backend": summary.backend, "samples": summary.benchmarks,
+                      "seconds": round(summary.seconds, 1)}))
+    return 0

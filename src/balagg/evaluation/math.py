@@ -118,6 +118,14 @@ def _parsed_gold(gold_text: str):
     return math_verify.parse(gold_text, extraction_config=gold_config, parsing_timeout=PARSE_TIMEOUT_S)
 
 
+def parse_gold(gold: str | list[str]) -> list:
+    """The verifier's reading of a gold answer; ``ValueError`` if it finds nothing to compare with."""
+    parsed = _parsed_gold(gold_latex(gold))
+    if not parsed:
+        raise ValueError(f"gold answer {gold!r} cannot be parsed by {VERIFIER_NAME}")
+    return parsed
+
+
 def verify_math(text: str, gold: str | list[str]) -> bool:
     """True iff the model response ``text`` states the ``gold`` answer (see the module docstring)."""
     if threading.current_thread() is not threading.main_thread():
@@ -128,9 +136,7 @@ def verify_math(text: str, gold: str | list[str]) -> bool:
     answer = strip_reasoning(text)
     if not answer.strip():
         return False
-    gold_parsed = _parsed_gold(gold_latex(gold))
-    if not gold_parsed:
-        raise ValueError(f"gold answer {gold!r} cannot be parsed by {VERIFIER_NAME}")
+    gold_parsed = parse_gold(gold)
     math_verify, _, pred_config = _math_verify()
     pred_parsed = math_verify.parse(answer, extraction_config=pred_config, parsing_timeout=PARSE_TIMEOUT_S)
     if not pred_parsed:

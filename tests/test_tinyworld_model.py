@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from balagg.tinyworld.model import (  # noqa: E402
     ALPHABET,
+    PROMPT_TEMPLATE,
     SIZES,
     SPECIAL_TOKENS,
     build_model,
@@ -51,16 +52,18 @@ def test_special_tokens_and_unknown_characters(tokenizer):
     assert tokenizer.padding_side == "left"
 
 
-def test_chat_template_prompt_is_prefix_of_training_text(tokenizer):
+def test_chat_template_renders_the_plain_prompt_format(tokenizer):
     messages = [{"role": "system", "content": "ignored"}, {"role": "user", "content": "Compute 1+2."}]
     prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     full = tokenizer.apply_chat_template(
         messages + [{"role": "assistant", "content": "1+2=3. \\boxed{3}"}], tokenize=False
     )
-    assert prompt == "<bos>Compute 1+2.\n"
+    assert prompt == PROMPT_TEMPLATE.format(problem="Compute 1+2.") == "Compute 1+2."
     assert full == prompt + "1+2=3. \\boxed{3}<eos>"
+    chat_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
+    assert chat_ids == tokenizer(prompt, add_special_tokens=False)["input_ids"]
     ids = tokenizer(full, add_special_tokens=False)["input_ids"]
-    assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
+    assert ids[-1] == tokenizer.eos_token_id and tokenizer.eos_token_id not in ids[:-1]
 
 
 def test_sizes_differ_and_seed_fixes_weights(tokenizer):

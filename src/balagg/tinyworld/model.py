@@ -6,15 +6,17 @@ benchmark), plus four special tokens ``<pad> <eos> <bos> <unk>`` (ids 0-3). Any 
 to ``<unk>``. It is a ``tokenizers`` WordLevel model behind a ``Split(any character, isolated)``
 pre-tokenizer with the ``Fuse`` decoder, so for text over the alphabet ``decode(encode(s)) == s``.
 
-Chat template (the same string the warm start trains on and the trainer/generation feed):
+Prompt format: the prompt is the bare problem text and the answer follows it directly
+(``Compute 7-1-2+5.`` then ``7-1=6. 6-2=4. 4+5=9. \\boxed{9}<eos>``). ``PROMPT_TEMPLATE`` is that
+format for a trainer's ``prompt_template``; the chat template renders the same tokens, so a trainer gets
+identical prompts with or without ``apply_chat_template``:
 
-    <bos>{last user message}\\n{assistant message}<eos>
+    {last user message}{assistant message}<eos>
 
-System messages are ignored (a tiny model has no room for instructions); with
-``add_generation_prompt=True`` the text ends after the ``\\n``, so the prompt is a prefix of the
-training text. Load a saved tokenizer with ``PreTrainedTokenizerFast.from_pretrained(dir)``, never with
-``AutoTokenizer`` (for ``model_type=qwen2`` that returns Qwen2Tokenizer, which swaps in a byte-level
-pipeline; trl-cpu.md §2.2).
+(system messages and the generation prompt add nothing). Load a saved tokenizer with
+``load_tokenizer``/``PreTrainedTokenizerFast.from_pretrained(dir)``, never with ``AutoTokenizer``
+(for ``model_type=qwen2`` that returns Qwen2Tokenizer, which swaps in a byte-level pipeline;
+trl-cpu.md §2.2).
 
 Models: ``Qwen2ForCausalLM`` with tied embeddings, 4 query / 2 key-value heads, SwiGLU width 2H, RoPE
 (so ``max_position_embeddings`` costs no parameters). ``SIZES`` names the shapes.
@@ -33,13 +35,14 @@ PAD, EOS, BOS, UNK = SPECIAL_TOKENS
 ALPHABET: str = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")
 """Every character with its own token: the 95 printable ASCII characters, newline and tab."""
 
+PROMPT_TEMPLATE: str = "{problem}"
+"""The tiny world's prompt: the problem text itself (no instruction; the models are too small)."""
+
 CHAT_TEMPLATE: str = (
-    "{{ bos_token }}"
     "{%- for message in messages if message['role'] == 'user' %}{%- if loop.last %}"
     "{{ message['content'] }}{%- endif %}{%- endfor %}"
     "{%- for message in messages if message['role'] == 'assistant' %}{%- if loop.last %}"
-    "{{ '\\n' + message['content'] + eos_token }}{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '\\n' }}{%- endif %}"
+    "{{ message['content'] + eos_token }}{%- endif %}{%- endfor %}"
 )
 
 

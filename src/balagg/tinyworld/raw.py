@@ -1,0 +1,272 @@
+"""Write the tiny world's datasets in the *raw* schemas and file layouts of the real ones.
+
+Each dataset is a folder ``{out}/{name}/`` laid out like a local mirror of its hub repository, so
+``balagg.data.prepare(name, f"{out}/{name}", ...)`` (the real loaders) reads it unchanged:
+
+| name            | file (inside ``{out}/{name}/``)                  | real source, schema                       |
+|-----------------|--------------------------------------------------|-------------------------------------------|
+| dapo-math-17k   | ``data/dapo-math-17k.parquet``                   | BytedTsinghua-SIA/DAPO-Math-17k           |
+| polaris-53k     | ``polaris-53k.jsonl``                            | POLARIS-Project/Polaris-Dataset-53K       |
+| math500         | ``test.jsonl``                                   | HuggingFaceH4/MATH-500                    |
+| aime24          | ``data/train-00000-of-00001.parquet``            | HuggingFaceH4/aime_2024                   |
+| aime25          | ``data/train-00000-of-00001.parquet``            | yentinglin/aime_2025 (aime_2024's schema) |
+| olympiadbench   | ``OE_TO_maths_en_COMP/train-00000-of-00001.parquet`` | Hothan/OlympiadBench                  |
+| minerva         | ``test.jsonl``                                   | Qwen2.5-Math minerva_math/test.jsonl      |
+| livecodebench   | ``release_v5/test-00000-of-00001.parquet``       | lighteval/code_generation_lite            |
+
+``{out}/manifest.json`` lists every dataset (path, format, hub id, split, subset, rows, sha256), the
+seed and the generator settings. Row contents depend only on ``seed`` and the sizes.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import os
+import pickle
+import random
+import tempfile
+import uuid
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX
+from balagg.tinyworld.tasks import (
+    BENCH_TASKS,
+    NOMINAL_PASS_RATE,
+    TRAIN_TASKS,
+    ArithmeticTask,
+    sample_code_problem,
+    worked_solution,
+)
+
+LAYOUT: dict[str, dict] = {
+    "dapo-math-17k": {"path": "data/dapo-math-17k.parquet", "hub_id": "BytedTsinghua-SIA/DAPO-Math-17k",
+                      "split": "train", "subset": None, "role": "train"},
+    "polaris-53k": {"path": "polaris-53k.jsonl", "hub_id": "POLARIS-Project/Polaris-Dataset-53K",
+                    "split": "train", "subset": None, "role": "train"},
+    "math500": {"path": "test.jsonl", "hub_id": "HuggingFaceH4/MATH-500", "split": "test", "subset": None,
+                "role": "benchmark"},
+    "aime24": {"path": "data/train-00000-of-00001.parquet", "hub_id": "HuggingFaceH4/aime_2024",
+               "split": "train", "subset": None, "role": "benchmark"},
+    "aime25": {"path": "data/train-00000-of-00001.parquet", "hub_id": "yentinglin/aime_2025",
+               "split": "train", "subset": None, "role": "benchmark"},
+    "olympiadbench": {"path": "OE_TO_maths_en_COMP/train-00000-of-00001.parquet", "hub_id": "Hothan/OlympiadBench",
+                      "split": "train", "subset": "OE_TO_maths_en_COMP", "role": "benchmark"},
+    "minerva": {"path": "test.jsonl", "hub_id": "math-ai/minervamath", "split": "test", "subset": None,
+                "role": "benchmark"},
+    "livecodebench": {"path": "release_v5/test-00000-of-00001.parquet", "hub_id": "lighteval/code_generation_lite",
+                      "split": "test", "subset": "release_v5", "role": "benchmark"},
+}
+TRAIN_SETS: tuple[str, ...] = tuple(n for n, spec in LAYOUT.items() if spec["role"] == "train")
+BENCHMARKS: tuple[str, ...] = tuple(n for n, spec in LAYOUT.items() if spec["role"] == "benchmark")
+
+LCB_FIRST_DATE = dt.datetime(2024, 8, 1)
+"""Synthetic contest dates start here and stay inside LiveCodeBench's default window (2024-08-01 to
+2025-02-01, balagg.data.livecodebench.DEFAULT_WINDOW)."""
+
+
+def _rng(seed: int, name: str) -> random.Random:
+    """One independent stream per dataset, so changing one size leaves the others unchanged."""
+    return random.Random(f"tinyworld-{name}-{seed}")
+
+
+def _chains(task: ArithmeticTask, rng: random.Random, n: int):
+    """``n`` problems of ``task`` with distinct expressions (the task space is small but >> n)."""
+    seen, chains = set(), []
+    attempts = 0
+    while len(chains) < n:
+        chain = task.sample(rng)
+        attempts += 1
+        if chain.expression in seen and attempts < 50 * n:
+            continue
+        seen.add(chain.expression)
+        chains.append(chain)
+    return chains
+
+
+def dapo_rows(seed: int, n: int) -> list[dict]:
+    """DAPO-Math-17k: data_source, prompt (one user message with DAPO's wrapper), ability, reward_model
+    {ground_truth, style}, extra_info {index}."""
+    task, rng = TRAIN_TASKS["dapo-math-17k"], _rng(seed, "dapo-math-17k")
+    rows = []
+    for chain in _chains(task, rng, n):
+        rows.append({
+            "data_source": "math_dapo",
+            "prompt": [{"content": DAPO_PREFIX + task.problem(chain) + DAPO_SUFFIX, "role": "user"}],
+            "ability": "MATH",
+            "reward_model": {"ground_truth": str(chain.answer), "style": "rule-lighteval/MATH_v2"},
+            "extra_info": {"index": str(uuid.UUID(int=rng.getrandbits(128), version=4))},
+        })
+    return rows
+
+
+def polaris_rows(seed: int, n: int) -> list[dict]:
+    """Polaris-Dataset-53K: problem, answer, difficulty (a pass rate ``k/8``, nominal here)."""
+    task, rng = TRAIN_TASKS["polaris-53k"], _rng(seed, "polaris-53k")
+    return [{"problem": task.problem(c), "answer": str(c.answer), "difficulty": NOMINAL_PASS_RATE[c.n_steps]}
+            for c in _chains(task, rng, n)]
+
+
+def math500_rows(seed: int, n: int) -> list[dict]:
+    """MATH-500: problem, solution, answer, subject, level (1-5), unique_id."""
+    task, rng = BENCH_TASKS["math500"], _rng(seed, "math500")
+    return [{"problem": task.problem(c), "solution": worked_solution(c), "answer": str(c.answer),
+             "subject": "Prealgebra", "level": c.n_steps, "unique_id": f"test/prealgebra/{i}.json"}
+            for i, c in enumerate(_chains(task, rng, n))]
+
+
+def _aime_rows(name: str, year: str):
+    def rows(seed: int, n: int) -> list[dict]:
+        """AIME (HuggingFaceH4/aime_2024 schema): id, problem, solution, answer, url, year."""
+        task, rng = BENCH_TASKS[name], _rng(seed, name)
+        return [{"id": i, "problem": task.problem(c), "solution": worked_solution(c), "answer": str(c.answer),
+                 "url": f"https://example.invalid/tinyworld/{name}/{i}", "year": year}
+                for i, c in enumerate(_chains(task, rng, n))]
+    return rows
+
+
+def olympiadbench_rows(seed: int, n: int) -> list[dict]:
+    """OlympiadBench OE_TO_maths_en_COMP: id, question, solution (list), final_answer (list of str),
+    context, image_1..5, is_multiple_answer, unit, answer_type, subfield, subject, language, error,
+    question_type."""
+    task, rng = BENCH_TASKS["olympiadbench"], _rng(seed, "olympiadbench")
+    rows = []
+    for i, c in enumerate(_chains(task, rng, n)):
+        rows.append({
+            "id": 1000 + i, "question": task.problem(c), "solution": [worked_solution(c)],
+            "final_answer": [str(c.answer)], "context": None,
+            **{f"image_{k}": None for k in range(1, 6)},
+            "is_multiple_answer": False, "unit": None, "answer_type": "Numerical", "subfield": "Algebra",
+            "subject": "Math", "language": "English", "error": None, "question_type": "Open-ended",
+        })
+    return rows
+
+
+def minerva_rows(seed: int, n: int) -> list[dict]:
+    """Minerva-MATH: problem, solution (gold = its last ``\\boxed{}``), type, idx."""
+    task, rng = BENCH_TASKS["minerva"], _rng(seed, "minerva")
+    return [{"problem": task.problem(c), "solution": worked_solution(c), "type": "Arithmetic", "idx": i}
+            for i, c in enumerate(_chains(task, rng, n))]
+
+
+def encode_private_tests(tests: list[dict]) -> str:
+    """LiveCodeBench's encoding of private tests: base64(zlib(pickle(json string)))."""
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode("ascii")
+
+
+def livecodebench_rows(seed: int, n: int) -> list[dict]:
+    """LiveCodeBench code generation (parquet copy): question_title, question_content, platform,
+    question_id, contest_id, contest_date, starter_code, difficulty, public_test_cases (JSON),
+    private_test_cases (encoded), metadata (JSON with func_name for call-based problems)."""
+    rng = _rng(seed, "livecodebench")
+    rows, seen = [], set()
+    while len(rows) < n:
+        problem = sample_code_problem(rng)
+        if problem.question in seen:
+            continue
+        seen.add(problem.question)
+        i = len(rows)
+        xs = rng.sample(range(-20, 21), 6)
+        rows.append({
+            "question_title": f"Chain {i}",
+            "question_content": problem.question,
+            "platform": "leetcode" if problem.call_based else "atcoder",
+            "question_id": f"tw{i:04d}",
+            "contest_id": f"tinyworld-{i // 4:03d}",
+            "contest_date": (LCB_FIRST_DATE + dt.timedelta(days=1 + i % 180)).isoformat(),
+            "starter_code": problem.starter_code,
+            "difficulty": "easy",
+            "public_test_cases": json.dumps([problem.test(x) for x in xs[:2]]),
+            "private_test_cases": encode_private_tests([problem.test(x) for x in xs[2:]]),
+            "metadata": json.dumps({"func_name": "calc"} if problem.call_based else {}),
+        })
+    return rows
+
+
+ROW_BUILDERS: dict[str, Callable[[int, int], list[dict]]] = {
+    "dapo-math-17k": dapo_rows,
+    "polaris-53k": polaris_rows,
+    "math500": math500_rows,
+    "aime24": _aime_rows("aime24", "2024"),
+    "aime25": _aime_rows("aime25", "2025"),
+    "olympiadbench": olympiadbench_rows,
+    "minerva": minerva_rows,
+    "livecodebench": livecodebench_rows,
+}
+
+
+def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """Rows to ``.jsonl`` (one object per line) or ``.parquet`` (pyarrow), atomically."""
+    if path.suffix == ".jsonl":
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        _write_atomic(path, lambda tmp: tmp.write_text(text))
+    elif path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(rows)
+        _write_atomic(path, lambda tmp: pq.write_table(table, tmp))
+    else:
+        raise ValueError(f"unsupported raw file type {path.suffix!r}")
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Inverse of :func:`write_rows` (for tests and the data card)."""
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_raw(out: str | os.PathLike, seed: int, train_problems: int = 2000, bench_problems: int = 32,
+              names: tuple[str, ...] | None = None) -> dict:
+    """Write every dataset (or ``names``) under ``out`` and ``out/manifest.json`` (last); return it."""
+    if train_problems < 1 or bench_problems < 1:
+        raise ValueError("train_problems and bench_problems must be at least 1")
+    names = tuple(LAYOUT) if names is None else names
+    unknown = [n for n in names if n not in LAYOUT]
+    if unknown:
+        raise ValueError(f"unknown tiny-world dataset(s) {unknown}; choose from {', '.join(LAYOUT)}")
+    out = Path(out)
+    datasets = {}
+    for name in names:
+        spec = LAYOUT[name]
+        size = train_problems if spec["role"] == "train" else bench_problems
+        rows = ROW_BUILDERS[name](seed, size)
+        path = out / name / spec["path"]
+        write_rows(rows, path)
+        datasets[name] = {
+            "dir": name, "path": f"{name}/{spec['path']}", "format": path.suffix.lstrip("."),
+            "hub_id": spec["hub_id"], "split": spec["split"], "subset": spec["subset"], "role": spec["role"],
+            "rows": len(rows), "sha256": _sha256(path),
+        }
+    manifest = {
+        "seed": seed, "train_problems": train_problems, "bench_problems": bench_problems,
+        "tasks": {name: {"verb": t.verb, "steps": {str(k): w for k, w in t.steps.items()}, "error_style": t.error_style, "p_wrong": t.p_wrong}
+                  for name, t in TRAIN_TASKS.items()},
+        "datasets": datasets,
+    }
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    _write_atomic(out / "manifest.json", lambda tmp: tmp.write_text(text))
+    return json.loads(text)

@@ -1,0 +1,311 @@
+"""Supervised warm start of a tiny model and its step-0 data card.
+
+Warm start (tinyworld.md §2.2): a plain PyTorch loop over ``warm_start_examples`` (both training tasks,
+right and flawed worked solutions, and a share of code problems), cross-entropy on completion tokens
+(EOS included) only, AdamW (lr 3e-3, betas 0.9/0.98, weight decay 0.01), linear warmup then cosine decay
+to 0, gradient clipping at 1.0, fp32, one thread. Code examples get batches of their own so that math
+batches are not padded to program length.
+
+Step-0 statistics: sample ``samples_per_problem`` completions per problem at T=1 (top_k=0, top_p=1,
+TRL's sampling) for problems read from the raw training sets *through the real loaders*
+(``balagg.data``), check the last ``\\boxed{}`` against the gold answer by integer comparison, and
+measure lengths in tokens with the EOS counted (TRL's convention; a truncated sample counts
+``max_new_tokens``). The regime the paper's aggregation rules need (issue 4): accuracy in [0.2, 0.8],
+length CV >= 0.3 and, in at least one model/dataset pair, wrong answers longer than right ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+
+from balagg.tinyworld.model import PROMPT_TEMPLATE
+from balagg.tinyworld.tasks import warm_start_examples
+
+log = logging.getLogger("balagg.tinyworld")
+
+REGIME = {"accuracy_min": 0.2, "accuracy_max": 0.8, "len_cv_min": 0.3}
+
+
+@dataclass
+class WarmStartConfig:
+    """Settings of the supervised warm start (defaults: tinyworld.md §2.2)."""
+
+    steps: int = 800
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.01
+    warmup_steps: int = 50
+    grad_clip: float = 1.0
+    code_share: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError("warm start: steps and batch_size must be at least 1")
+
+
+def _lr_factor(step: int, config: WarmStartConfig) -> float:
+    """Linear warmup to 1 over ``warmup_steps``, then cosine decay to 0 at ``steps``."""
+    warmup = min(config.warmup_steps, config.steps - 1)
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, config.steps - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _batches(config: WarmStartConfig, tokenizer) -> list[list[tuple[list[int], list[int]]]]:
+    """``config.steps`` batches of (prompt ids, completion ids + EOS); code and math batches apart."""
+    n = config.steps * config.batch_size
+    examples = warm_start_examples(config.seed, n + 2 * config.batch_size, code_share=config.code_share)
+    eos = tokenizer.eos_token_id
+    pools: dict[bool, list] = {True: [], False: []}
+    for example in examples:
+        prompt = tokenizer(PROMPT_TEMPLATE.format(problem=example.prompt), add_special_tokens=False)["input_ids"]
+        completion = tokenizer(example.completion, add_special_tokens=False)["input_ids"] + [eos]
+        pools[example.source == "code"].append((prompt, completion))
+    batches = []
+    for pool in pools.values():
+        batches += [pool[i:i + config.batch_size] for i in range(0, len(pool) - config.batch_size + 1, config.batch_size)]
+    random.Random(f"tinyworld-batches-{config.seed}").shuffle(batches)
+    return [batches[i % len(batches)] for i in range(config.steps)]
+
+
+def _collate(batch, pad_id: int):
+    """Right-padded input ids, attention mask and labels (-100 on prompt and padding)."""
+    import torch
+
+    width = max(len(p) + len(c) for p, c in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    for row, (prompt, completion) in enumerate(batch):
+        seq = prompt + completion
+        ids[row, :len(seq)] = torch.tensor(seq)
+        mask[row, :len(seq)] = 1
+        labels[row, len(prompt):len(seq)] = torch.tensor(completion)
+    return ids, mask, labels
+
+
+def warm_start(model, tokenizer, config: WarmStartConfig) -> dict:
+    """Train ``model`` in place; return a summary (seconds, losses at start and end, tokens)."""
+    import torch
+
+    torch.manual_seed(config.seed)
+    batches = _batches(config, tokenizer)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.learning_rate, betas=config.betas,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
+    model.train()
+    start, losses, tokens = time.perf_counter(), [], 0
+    for step, batch in enumerate(batches):
+        ids, mask, labels = _collate(batch, tokenizer.pad_token_id)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+        tokens += int(mask.sum())
+        if (step + 1) % 100 == 0 or step + 1 == config.steps:
+            log.info("warm start step %d/%d loss %.4f", step + 1, config.steps, sum(losses[-100:]) / len(losses[-100:]))
+    model.eval()
+    window = max(1, min(50, len(losses) // 4))
+    return {
+        **asdict(config),
+        "seconds": round(time.perf_counter() - start, 2),
+        "loss_first": sum(losses[:window]) / window,
+        "loss_last": sum(losses[-window:]) / window,
+        "tokens": tokens,
+    }
+
+
+def boxed_integer(text: str) -> int | None:
+    """The last ``\\boxed{}`` of ``text`` as an integer, or None (no box, or not an integer)."""
+    from balagg.data.fields import last_boxed
+
+    content = last_boxed(text)
+    if content is None:
+        return None
+    try:
+        return int(content.strip())
+    except ValueError:
+        return None
+
+
+def sample_completions(model, tokenizer, problems: list[str], samples_per_problem: int, *,
+                       max_new_tokens: int = 96, batch_size: int = 128, seed: int = 0) -> list[dict]:
+    """``samples_per_problem`` completions per problem at T=1, top_k=0, top_p=1.
+
+    Returns one dict per sample: problem index, text (up to the first EOS), length in tokens (EOS
+    included; ``max_new_tokens`` when truncated), truncated flag.
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    jobs = [(i, PROMPT_TEMPLATE.format(problem=p)) for i, p in enumerate(problems) for _ in range(samples_per_problem)]
+    tokenizer.padding_side = "left"
+    samples = []
+    for start in range(0, len(jobs), batch_size):
+        chunk = jobs[start:start + batch_size]
+        enc = tokenizer([text for _, text in chunk], add_special_tokens=False, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                 max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
+        for (index, _), row in zip(chunk, out[:, enc["input_ids"].shape[1]:].tolist()):
+            length = row.index(eos) + 1 if eos in row else len(row)
+            truncated = eos not in row
+            text = tokenizer.decode(row[:length], skip_special_tokens=True)
+            samples.append({"problem": index, "text": text, "length": length if not truncated else max_new_tokens,
+                            "truncated": truncated})
+    return samples
+
+
+def step0_statistics(samples: list[dict], answers: list[str], samples_per_problem: int) -> dict:
+    """Accuracy and length statistics of sampled completions (module doc); within-group length
+    diagnostics come from ``balagg.aggregation.length_diagnostics`` with GRPO advantages."""
+    from balagg.aggregation import group_advantages, length_diagnostics
+
+    rewards, lengths, groups = [], [], []
+    for sample in samples:
+        predicted = boxed_integer(sample["text"])
+        gold = int(answers[sample["problem"]])
+        rewards.append(1.0 if predicted is not None and predicted == gold else 0.0)
+        lengths.append(float(sample["length"]))
+        groups.append(sample["problem"])
+    right = [n for n, r in zip(lengths, rewards) if r > 0]
+    wrong = [n for n, r in zip(lengths, rewards) if r == 0]
+    advantages = group_advantages(rewards, groups)
+    diag = length_diagnostics(lengths, advantages, groups)
+    nan = float("nan")
+    stats = {
+        "n_problems": len(answers),
+        "n_samples": len(samples),
+        "samples_per_problem": samples_per_problem,
+        "accuracy": sum(rewards) / len(rewards),
+        "len_mean": diag["len_mean"],
+        "len_cv": diag["len_cv"],
+        "len_right_mean": sum(right) / len(right) if right else nan,
+        "len_wrong_mean": sum(wrong) / len(wrong) if wrong else nan,
+        "len_cv_within_group": diag["len_cv_within_group"],
+        "len_pos_mean": diag["len_pos_mean"],
+        "len_neg_mean": diag["len_neg_mean"],
+        "mixed_group_frac": diag["mixed_group_frac"],
+        "truncation_rate": sum(s["truncated"] for s in samples) / len(samples),
+    }
+    stats["wrong_longer"] = bool(wrong and right and stats["len_wrong_mean"] > stats["len_right_mean"])
+    stats["in_regime"] = bool(
+        REGIME["accuracy_min"] <= stats["accuracy"] <= REGIME["accuracy_max"]
+        and stats["len_cv"] >= REGIME["len_cv_min"]
+    )
+    return stats
+
+
+def read_training_problems(raw_dir, name: str, limit: int) -> tuple[list[str], list[str]]:
+    """The first ``limit`` (problem, answer) pairs of raw training set ``name`` via the real loader."""
+    from pathlib import Path
+
+    from balagg.data.prepare import open_rows
+    from balagg.data.sources import get_source
+
+    source = get_source(name, "train")
+    problems, answers = [], []
+    for row in open_rows(Path(raw_dir) / name, source):
+        record = source.normalise(row)
+        problems.append(record["problem"])
+        answers.append(str(record["answer"]))
+        if len(problems) == limit:
+            break
+    if not problems:
+        raise ValueError(f"{raw_dir}/{name}: no training problems")
+    return problems, answers
+
+
+def summary_line(model_name: str, card: dict) -> str:
+    """The card in one log line."""
+    parts = [
+        f"{name} acc {s['accuracy']:.3f} len_cv {s['len_cv']:.3f} len right/wrong "
+        f"{s['len_right_mean']:.1f}/{s['len_wrong_mean']:.1f}"
+        for name, s in card["datasets"].items()
+    ]
+    return f"tinyworld {model_name} step 0: " + " | ".join(parts) + f" | regime met: {card['regime']['met']}"
+
+
+def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStartConfig | None = None,
+                     card_problems: int = 64, samples_per_problem: int = 8, max_new_tokens: int = 96,
+                     train_sets: tuple[str, ...] | None = None) -> dict:
+    """Build tiny model ``size``, warm-start it, save it to ``out`` and write ``out/card.json`` last.
+
+    The card holds the step-0 statistics per training set found in ``raw_dir`` (its manifest), the
+    warm-start summary, the model shape and the seeds; it is returned too.
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    import torch
+
+    from balagg.tinyworld.model import build_model, build_tokenizer, save_checkpoint, size_summary
+
+    torch.set_num_threads(1)
+    raw_dir, out = Path(raw_dir), Path(out)
+    manifest_path = raw_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise ValueError(f"{raw_dir} has no manifest.json (run `python -m balagg tinyworld data` first)")
+    manifest = json.loads(manifest_path.read_text())
+    if train_sets is None:
+        train_sets = tuple(n for n, d in manifest["datasets"].items() if d["role"] == "train")
+    config = config or WarmStartConfig(seed=seed)
+    tokenizer = build_tokenizer()
+    model = build_model(size, tokenizer, seed=seed)
+    log.info("tinyworld %s: %d parameters; warm start for %d steps", size,
+             sum(p.numel() for p in model.parameters()), config.steps)
+    sft = warm_start(model, tokenizer, config)
+    log.info("tinyworld %s: warm start took %.1f s, loss %.3f -> %.3f", size, sft["seconds"], sft["loss_first"],
+             sft["loss_last"])
+    datasets, sampling_seconds = {}, time.perf_counter()
+    for k, name in enumerate(train_sets):
+        problems, answers = read_training_problems(raw_dir, name, card_problems)
+        samples = sample_completions(model, tokenizer, problems, samples_per_problem,
+                                     max_new_tokens=max_new_tokens, seed=seed + k)
+        datasets[name] = step0_statistics(samples, answers, samples_per_problem)
+    sampling_seconds = round(time.perf_counter() - sampling_seconds, 2)
+    card = {
+        "model": size,
+        "shape": size_summary(size),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "seed": seed,
+        "data_seed": manifest.get("seed"),
+        "raw_manifest_sha256": __import__("hashlib").sha256(manifest_path.read_bytes()).hexdigest(),
+        "prompt_template": PROMPT_TEMPLATE,
+        "warm_start": sft,
+        "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": max_new_tokens,
+                     "samples_per_problem": samples_per_problem, "problems_per_dataset": card_problems,
+                     "seconds": sampling_seconds},
+        "verifier": "integer comparison of the last \\boxed{} (balagg.tinyworld.warmstart.boxed_integer)",
+        "length_unit": "tokens, EOS included; truncated samples count max_new_tokens",
+        "datasets": datasets,
+    }
+    card["regime"] = {
+        **REGIME,
+        "all_in_regime": all(s["in_regime"] for s in datasets.values()),
+        "wrong_longer_in": [n for n, s in datasets.items() if s["wrong_longer"]],
+    }
+    card["regime"]["met"] = card["regime"]["all_in_regime"] and bool(card["regime"]["wrong_longer_in"])
+    save_checkpoint(model, tokenizer, out, metadata={k: card[k] for k in ("model", "shape", "seed", "prompt_template")})
+    text = json.dumps(card, indent=2, sort_keys=True, allow_nan=True) + "\n"
+    tmp = out / ".card.json.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, out / "card.json")
+    log.info(summary_line(size, card))
+    return card

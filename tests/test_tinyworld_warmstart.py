@@ -1,0 +1,68 @@
+"""Warm start and step-0 statistics (balagg.tinyworld.warmstart)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+
+from balagg.tinyworld.model import build_tokenizer, load_checkpoint  # noqa: E402
+from balagg.tinyworld.warmstart import (  # noqa: E402
+    WarmStartConfig,
+    _collate,
+    _lr_factor,
+    boxed_integer,
+    step0_statistics,
+)
+
+torch.set_num_threads(1)
+
+
+def test_lr_schedule_warms_up_then_decays_to_zero():
+    config = WarmStartConfig(steps=200, warmup_steps=50)
+    factors = [_lr_factor(s, config) for s in range(200)]
+    assert factors[0] == pytest.approx(1 / 50) and factors[49] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(factors[49:], factors[50:]))
+    assert factors[-1] < 1e-3 and factors[125] == pytest.approx(0.5, abs=0.01)
+
+
+def test_collate_labels_only_completion_tokens():
+    ids, mask, labels = _collate([([5, 6, 7], [8, 1]), ([5], [9, 9, 9, 1])], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 8, 1], [5, 9, 9, 9, 1]]
+    assert mask.tolist() == [[1] * 5, [1] * 5]
+    assert labels.tolist() == [[-100, -100, -100, 8, 1], [-100, 9, 9, 9, 1]]
+    ids, mask, labels = _collate([([5], [8, 1]), ([5, 6], [9, 9, 9, 1])], pad_id=0)
+    assert ids[0].tolist() == [5, 8, 1, 0, 0, 0] and mask[0].tolist() == [1, 1, 1, 0, 0, 0]
+    assert labels[0].tolist() == [-100, 8, 1, -100, -100, -100]
+
+
+def test_boxed_integer():
+    assert boxed_integer("1+2=3. \\boxed{3}") == 3
+    assert boxed_integer("\\boxed{1} then \\boxed{-4}") == -4
+    assert boxed_integer("no box") is None and boxed_integer("\\boxed{x}") is None
+
+
+def test_step0_statistics_by_hand():
+    # problem 0 (gold 3): right 10, right 10, wrong 20, wrong 30; problem 1 (gold 5): wrong 20, 20, 20, 20
+    texts = ["\\boxed{3}", "\\boxed{3}", "\\boxed{4}", "nothing", "\\boxed{4}", "\\boxed{4}", "\\boxed{4}", "x"]
+    lengths = [10, 10, 20, 30, 20, 20, 20, 20]
+    samples = [{"problem": i // 4, "text": t, "length": n, "truncated": n == 30}
+               for i, (t, n) in enumerate(zip(texts, lengths))]
+    stats = step0_statistics(samples, ["3", "5"], samples_per_problem=4)
+    assert stats["accuracy"] == 0.25 and stats["n_samples"] == 8 and stats["n_problems"] == 2
+    assert stats["len_right_mean"] == 10 and stats["len_wrong_mean"] == pytest.approx(130 / 6)
+    mean = 150 / 8
+    std = math.sqrt(sum((n - mean) ** 2 for n in lengths) / 8)
+    assert stats["len_cv"] == pytest.approx(std / mean)
+    assert stats["mixed_group_frac"] == 0.5 and stats["truncation_rate"] == 1 / 8
+    assert stats["len_pos_mean"] == 10 and stats["len_neg_mean"] == 25  # mixed groups only
+    assert stats["wrong_longer"] is True and stats["in_regime"] is True
+    everything_right = step0_statistics(
+        [{"problem": 0, "text": "\\boxed{3}", "length": n, "truncated": False} for n in (5, 15)], ["3"], 2)
+    assert everything_right["accuracy"] == 1.0 and everything_right["in_regime"] is False
+    assert everything_right["wrong_longer"] is False and math.isnan(everything_right["len_wrong_mean"])

@@ -14,7 +14,7 @@ import sys
 
 from balagg import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("weights",)
+COMMAND_MODULES: tuple[str, ...] = ("weights", "train")
 """Modules under ``balagg.commands``, in the order ``--help`` lists them."""
 
 

@@ -39,19 +39,22 @@ class AggregatedGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, aggregation: str, scope: str | None = None, **kwargs: Any) -> None:
         self.aggregation = canonical_rule(aggregation)
         self.aggregation_scope = scope if scope is not None else DEFAULT_SCOPES[self.aggregation]
-        super().__init__(*args, **kwargs)
-        if self.args.loss_type != "dr_grpo":
+        config = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if config is None:
+            raise ValueError("AggregatedGRPOTrainer needs an explicit GRPOConfig (args) with loss_type='dr_grpo'")
+        if config.loss_type != "dr_grpo":
             raise ValueError(
                 f"AggregatedGRPOTrainer needs loss_type='dr_grpo' (a constant normaliser the weights undo), "
-                f"got {self.args.loss_type!r}"
+                f"got {config.loss_type!r}"
             )
-        if self.beta != 0.0:
+        if config.beta != 0.0:
             raise ValueError(
-                f"beta={self.beta} is not supported: the KL penalty is not scaled by the advantage, so the "
+                f"beta={config.beta} is not supported: the KL penalty is not scaled by the advantage, so the "
                 "aggregation weights would not apply to it; set beta=0"
             )
-        if self.use_liger_kernel:
+        if getattr(config, "use_liger_kernel", False):
             raise ValueError("use_liger_kernel bypasses the dr_grpo loss; it cannot be combined with aggregation rules")
+        super().__init__(*args, **kwargs)
         self.generation_stats: dict[str, float] = {}
 
     def _aggregation_constant(self, mode: str) -> float:
@@ -63,7 +66,10 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         return float(processes * self.args.per_device_eval_batch_size * self.max_completion_length)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        output = super()._generate_and_score_completions(inputs)
+        return self._weight_advantages(super()._generate_and_score_completions(inputs))
+
+    def _weight_advantages(self, output: dict[str, Any]) -> dict[str, Any]:
+        """Fold the rule's weights (from the whole gathered generation batch) into this rank's advantages."""
         mode = "train" if self.model.training else "eval"
         mask = output["completion_mask"]
         if output.get("tool_mask") is not None:
@@ -81,7 +87,8 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         )
         start = self.accelerator.process_index * local_lengths.numel()
         local_weights = weights[start:start + local_lengths.numel()].to(local_advantages.device)
-        output["advantages"] = local_advantages * local_weights.to(local_advantages.dtype) * self._aggregation_constant(mode)
+        scale = local_weights.to(local_advantages.dtype) * self._aggregation_constant(mode)
+        output = dict(output, advantages=local_advantages * scale)
         self._record_generation_stats(mode, lengths, advantages, group_ids, weights)
         return output
 

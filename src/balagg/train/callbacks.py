@@ -4,7 +4,7 @@ weights-only evaluation checkpoints.
 Keys of a metrics line (docs/files.md): step, reward_mean, accuracy, pg_loss (the aggregated
 policy-gradient loss = sum_i w_i sum_t l_it of the step), entropy, clip_frac_low/high/region, grad_norm
 (before clipping), lr, tokens_per_s, step_seconds, every key of ``length_diagnostics`` and a few more
-(reward_std, frac_reward_zero_std, truncation_rate, response_tokens, weight_sum). The generation-batch
+(reward_std, frac_reward_zero_std, truncation_rate, response_tokens, token_weight_sum = sum_i w_i |o_i|). The generation-batch
 statistics are those of the batch the step trained on (with mini_batches > 1 or num_iterations > 1
 several steps share one). ``tokens_per_s`` = response tokens the step trained on (the generation batch's
 / mini_batches) / step_seconds. Only step_seconds and tokens_per_s depend on the wall clock

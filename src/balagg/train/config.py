@@ -55,6 +55,7 @@ class CellConfig:
     overlong_buffer_len: int = 4096
     overlong_penalty_factor: float = 1.0
     verifier_timeout_s: float = 10.0
+    verifier: str = "balagg.evaluation.math:verify_math"  # module:function; the evaluation's verifier
     scale_rewards: str = "group"  # TRL: "group" (GRPO), "batch", "none" (Dr.GRPO)
 
     # DAPO recipe knobs

@@ -122,6 +122,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         max_completion_length=cell.max_completion_length,
         overlong_buffer_len=cell.overlong_buffer_len if cell.overlong_buffer_enabled else None,
         overlong_penalty_factor=cell.overlong_penalty_factor, timeout_s=cell.verifier_timeout_s,
+        verifier=cell.verifier,
     )
 
     tracker = Tracker(cell.mlflow_tracking_uri)

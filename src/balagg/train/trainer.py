@@ -96,7 +96,7 @@ class AggregatedGRPOTrainer(GRPOTrainer):
                                  group_ids: torch.Tensor, weights: torch.Tensor) -> None:
         stats = length_diagnostics(lengths, advantages, group_ids, max_length=self.max_completion_length)
         stats["response_tokens"] = float(lengths.sum())
-        stats["weight_sum"] = float(weights.double().sum())
+        stats["token_weight_sum"] = float((weights.double() * lengths.double()).sum())
         for name, key in (("reward_mean", "reward"), ("reward_std", "reward_std"),
                           ("frac_reward_zero_std", "frac_reward_zero_std"),
                           ("truncation_rate", "completions/clipped_ratio")):

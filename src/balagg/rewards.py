@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 VERIFIER = "balagg.evaluation.math:verify_math"
 """``module:function`` of the verifier; the same one the evaluation uses."""
 
-_ANSWER_LINE = re.compile(r"^\s*\**\s*answer\s*\**\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_LINE = re.compile(r"^\s*\**\s*answer\s*\**\s*:\s*\**\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def load_verifier(spec: str = VERIFIER):

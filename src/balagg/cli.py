@@ -14,7 +14,7 @@ import sys
 
 from balagg import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("weights", "train")
+COMMAND_MODULES: tuple[str, ...] = ("weights", "prepare_data", "train")
 """Modules under ``balagg.commands``, in the order ``--help`` lists them."""
 
 

@@ -1,0 +1,16 @@
+"""Benchmarks and training sets, normalised to the JSONL records of docs/files.md.
+
+``SOURCES`` (in ``balagg.data.sources``) is the registry; ``prepare(name, location, out)`` reads one
+source from its hub id or a local mirror and writes its JSONL. ``python -m balagg prepare-data`` is
+the command-line front end.
+"""
+
+from balagg.data.fields import BadRow, last_boxed
+from balagg.data.jsonl import read_jsonl, write_json, write_jsonl
+from balagg.data.prepare import BadRowError, PrepareReport, open_rows, prepare
+from balagg.data.sources import BENCHMARKS, SOURCES, TRAINING_SETS, Source, get_source
+
+__all__ = [
+    "BENCHMARKS", "SOURCES", "TRAINING_SETS", "BadRow", "BadRowError", "PrepareReport", "Source",
+    "get_source", "last_boxed", "open_rows", "prepare", "read_jsonl", "write_json", "write_jsonl",
+]

@@ -1,0 +1,151 @@
+"""The math verifier shared by the trainer's reward and the evaluation: ``verify_math(text, gold) -> bool``.
+
+Pinned verifier: **math-verify 0.5.2** (with latex2sympy2_extended 1.0.6), configured as lighteval 0.13's
+math extractive-match metric (``Metrics.expr_gold_metric`` / ``latex_gold_metric``):
+
+- gold extracted with ``[ExprExtractionConfig(), LatexExtractionConfig()]``;
+- prediction extracted with ``[ExprExtractionConfig(), LatexExtractionConfig(boxed_match_priority=0)]``
+  (a ``\\boxed{}`` answer outranks every other pattern; among equal priorities the *last* match wins);
+- ``fallback_mode="first_match"``, ``extraction_mode="any_match"``, numeric precision 6 digits
+  (``precision=6``), gold first in ``verify`` (the comparison is deliberately asymmetric).
+
+Why this one version: lighteval 0.13.0 hard-pins ``latex2sympy2_extended==1.0.6`` and vendors a copy of
+math-verify's extraction/comparison code; math-verify 0.5.2 is the only release that pins the same
+latex2sympy2_extended, so the two co-install and score alike (``tests/test_math_verifier.py`` checks the
+regression set against lighteval's own metric where lighteval is installed). Newer math-verify (0.6-0.9)
+needs latex2sympy2_extended >= 1.0.9 and cannot share an environment with lighteval 0.13; 0.9.0 also
+joins separate boxes (``\\boxed{12} ... \\boxed{204}`` parses as 12204). The trainer imports only
+math-verify, not lighteval (whose hub<2 / xxhash<4 pins it need not carry).
+
+Reasoning tags, one rule for every metric (:func:`strip_reasoning`): the answer is the text after the
+last ``</think>``; an opened but never closed ``<think>`` (thinking cut off by the token limit) leaves
+no answer, so it scores 0; text without think tags is scored whole.
+
+Gold answers: a string (LaTeX without delimiters, e.g. ``\\frac{1}{2}``, or with ``$...$``/``\\boxed{}``),
+or a list of strings (OlympiadBench ``final_answer``): a list of several answers is one answer set --
+the prediction must give all of them (in any order), e.g. gold ``["3", "5"]`` accepts ``\\boxed{5, 3}``
+but not ``\\boxed{3}``.
+
+Timeouts: math-verify 0.5.2 times parsing and comparison with ``signal.alarm``, which works only in a
+process's main thread; elsewhere :func:`verify_math` raises ``RuntimeError`` rather than silently scoring
+0. A hang inside a C call (e.g. a huge integer power) is not interrupted by a signal: callers that must
+bound the time per sample run the verifier in a child process they can kill (see
+``balagg.evaluation.pool``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from functools import lru_cache
+from importlib import metadata
+
+VERIFIER_NAME = "math-verify"
+VERIFIER_VERSION = "0.5.2"
+"""The pinned version; :func:`verifier_info` reports the installed one and refuses another."""
+
+PRECISION = 6
+"""Significant digits for numeric comparison (lighteval's math metrics use 6)."""
+
+PARSE_TIMEOUT_S = 5
+VERIFY_TIMEOUT_S = 5
+"""Per-call signal.alarm budgets inside math-verify (lighteval uses 5 s for both)."""
+
+_THINK_OPEN = "<think>"
+_THINK_CLOSE = "</think>"
+_DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed")
+
+
+def strip_reasoning(text: str) -> str:
+    """The answer part of a response: after the last ``</think>``; ``""`` if ``<think>`` never closes."""
+    if _THINK_CLOSE in text:
+        return text.rsplit(_THINK_CLOSE, 1)[1]
+    if _THINK_OPEN in text:
+        return ""
+    return text
+
+
+def gold_latex(gold: str | list[str] | tuple[str, ...]) -> str:
+    """The gold answer as one LaTeX snippet math-verify can extract (``$...$`` unless already delimited).
+
+    A list of several answers becomes one comma-separated answer set ``$a, b$``."""
+    if isinstance(gold, (list, tuple)):
+        parts = [str(part).strip() for part in gold if str(part).strip()]
+        if not parts:
+            raise ValueError("gold answer list is empty")
+        if len(parts) == 1:
+            return gold_latex(parts[0])
+        return "$" + ", ".join(_undelimit(part) for part in parts) + "$"
+    if not isinstance(gold, str):
+        raise ValueError(f"gold answer must be a string or a list of strings, got {type(gold).__name__}")
+    gold = gold.strip()
+    if not gold:
+        raise ValueError("gold answer is empty")
+    return gold if _DELIMITED.search(gold) else f"${gold}$"
+
+
+def _undelimit(part: str) -> str:
+    part = part.strip()
+    if len(part) >= 2 and part.startswith("$") and part.endswith("$") and part.count("$") == 2:
+        return part[1:-1].strip()
+    if len(part) >= 4 and part.startswith("$$") and part.endswith("$$") and part.count("$") == 4:
+        return part[2:-2].strip()
+    return part
+
+
+@lru_cache(maxsize=1)
+def _math_verify():
+    """Import math-verify once, check its version, and build the extraction configs."""
+    installed = metadata.version("math-verify")
+    if installed != VERIFIER_VERSION:
+        raise RuntimeError(f"balagg pins math-verify=={VERIFIER_VERSION}, found {installed}: "
+                           "scores from another version are not comparable")
+    import math_verify
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    # math-verify logs every unparsable snippet at WARNING; model output has many.
+    for name in ("math_verify", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    gold_config = [ExprExtractionConfig(), LatexExtractionConfig()]
+    pred_config = [ExprExtractionConfig(), LatexExtractionConfig(boxed_match_priority=0)]
+    return math_verify, gold_config, pred_config
+
+
+@lru_cache(maxsize=4096)
+def _parsed_gold(gold_text: str):
+    math_verify, gold_config, _ = _math_verify()
+    return math_verify.parse(gold_text, extraction_config=gold_config, parsing_timeout=PARSE_TIMEOUT_S)
+
+
+def verify_math(text: str, gold: str | list[str]) -> bool:
+    """True iff the model response ``text`` states the ``gold`` answer (see the module docstring)."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("verify_math uses signal.alarm timeouts and must run in a process's main "
+                           "thread; call it from a worker process")
+    if not isinstance(text, str):
+        raise ValueError(f"model output must be a string, got {type(text).__name__}")
+    answer = strip_reasoning(text)
+    if not answer.strip():
+        return False
+    gold_parsed = _parsed_gold(gold_latex(gold))
+    if not gold_parsed:
+        raise ValueError(f"gold answer {gold!r} cannot be parsed by {VERIFIER_NAME}")
+    math_verify, _, pred_config = _math_verify()
+    pred_parsed = math_verify.parse(answer, extraction_config=pred_config, parsing_timeout=PARSE_TIMEOUT_S)
+    if not pred_parsed:
+        return False
+    return bool(math_verify.verify(gold_parsed, pred_parsed, precision=PRECISION,
+                                   timeout_seconds=VERIFY_TIMEOUT_S))
+
+
+def verifier_info() -> dict[str, str]:
+    """Name, version and configuration of the verifier, for ``summary.json`` and run metadata."""
+    _math_verify()  # fails loudly if the installed version is not the pinned one
+    return {
+        "name": VERIFIER_NAME,
+        "version": metadata.version("math-verify"),
+        "latex2sympy2_extended": metadata.version("latex2sympy2_extended"),
+        "config": (f"gold=[Expr,Latex]; pred=[Expr,Latex(boxed_match_priority=0)]; precision={PRECISION}; "
+                   "answer after last </think>, unclosed <think> scores 0; list gold = answer set"),
+    }

@@ -1,0 +1,155 @@
+"""Run a verifier over many (text, gold) pairs in worker processes, with a hard per-sample timeout.
+
+Each worker is a process that imports the verifier once and answers one request at a time over a pipe.
+The parent keeps every worker busy and kills a worker whose current sample runs past ``timeout_s``
+(signals cannot interrupt a long C call such as a huge integer power; killing the process can), records
+that sample as incorrect and timed out, and starts a replacement. A verifier exception on one sample
+scores that sample 0 and is counted as an error; the other samples are unaffected.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+DEFAULT_VERIFIER = "balagg.evaluation.math:verify_math"
+
+
+def _load(spec: str):
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _serve(conn: Connection, spec: str) -> None:
+    """Worker loop: receive (index, text, gold), send (index, verdict, error or None)."""
+    verify = _load(spec)
+    conn.send("ready")
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        index, text, gold = request
+        try:
+            conn.send((index, bool(verify(text, gold)), None))
+        except Exception as error:  # noqa: BLE001 -- one bad sample must not stop the others
+            conn.send((index, False, f"{type(error).__name__}: {error}"))
+
+
+@dataclass
+class PoolResult:
+    """Verdicts in input order, plus which samples timed out or raised."""
+
+    verdicts: list[bool]
+    timed_out: list[int] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    index: int | None = None
+    started: float = 0.0
+
+
+class VerifierPool:
+    """``VerifierPool(workers, timeout_s).verify(pairs) -> PoolResult``; use as a context manager."""
+
+    def __init__(self, workers: int = 2, timeout_s: float = 10.0, verifier: str = DEFAULT_VERIFIER) -> None:
+        if workers < 1:
+            raise ValueError(f"need at least one worker, got {workers}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout_s}")
+        self.workers, self.timeout_s, self.verifier = workers, timeout_s, verifier
+        self._context = multiprocessing.get_context("spawn")  # no inherited threads or locks
+        self._pool: list[_Worker] = []
+
+    def __enter__(self) -> VerifierPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> _Worker:
+        parent, child = self._context.Pipe()
+        process = self._context.Process(target=_serve, args=(child, self.verifier), daemon=True)
+        process.start()
+        child.close()
+        return _Worker(process, parent)
+
+    def _wait_ready(self, worker: _Worker) -> None:
+        """Block until the worker has imported the verifier, so import time never counts as a timeout."""
+        if not worker.conn.poll(120) or worker.conn.recv() != "ready":
+            self._kill(worker)
+            raise RuntimeError(f"verifier worker for {self.verifier} did not start")
+
+    def _kill(self, worker: _Worker) -> None:
+        worker.process.kill()
+        worker.process.join()
+        worker.conn.close()
+
+    def close(self) -> None:
+        for worker in self._pool:
+            try:
+                worker.conn.send(None)
+            except OSError:
+                pass
+        for worker in self._pool:
+            worker.process.join(timeout=2)
+            if worker.process.is_alive():
+                self._kill(worker)
+            else:
+                worker.conn.close()
+        self._pool = []
+
+    def verify(self, pairs: Sequence[tuple[str, object]]) -> PoolResult:
+        """Verdict of ``verifier(text, gold)`` for each ``(text, gold)`` pair."""
+        result = PoolResult(verdicts=[False] * len(pairs))
+        pending = deque(range(len(pairs)))
+        fresh = [self._start() for _ in range(min(self.workers, max(1, len(pairs))) - len(self._pool))]
+        for worker in fresh:
+            self._wait_ready(worker)
+        self._pool.extend(fresh)
+        busy: dict[Connection, _Worker] = {}
+        while pending or busy:
+            for worker in self._pool:
+                if worker.index is None and pending:
+                    worker.index = pending.popleft()
+                    worker.started = time.monotonic()
+                    text, gold = pairs[worker.index]
+                    worker.conn.send((worker.index, text, gold))
+                    busy[worker.conn] = worker
+            now = time.monotonic()
+            deadline = min(w.started + self.timeout_s for w in busy.values())
+            for conn in wait(list(busy), timeout=max(0.0, deadline - now)):
+                worker = busy.pop(conn)
+                try:
+                    index, verdict, error = conn.recv()
+                except (EOFError, OSError):  # the worker died (e.g. killed by the OS): that sample fails
+                    index, verdict, error = worker.index, False, "worker process died"
+                    self._replace(worker)
+                result.verdicts[index] = verdict
+                if error is not None:
+                    result.errors[index] = error
+                worker.index = None
+            now = time.monotonic()
+            for conn, worker in list(busy.items()):
+                if now - worker.started > self.timeout_s:
+                    busy.pop(conn)
+                    result.timed_out.append(worker.index)
+                    self._replace(worker)
+        return result
+
+    def _replace(self, worker: _Worker) -> None:
+        self._kill(worker)
+        fresh = self._start()
+        self._wait_ready(fresh)
+        self._pool[self._pool.index(worker)] = fresh

@@ -1,0 +1,196 @@
+"""The code sandbox: correct programs pass, and every hostile program ends as a failed sample in time.
+
+Runs only where namespaces can be created (root + util-linux unshare, as on this machine and in CI);
+elsewhere the sandbox refuses to run, which ``test_refuses_weak_mode_as_root`` / the skip make visible.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from balagg.evaluation.sandbox import Sandbox, SandboxLimits, extract_code, isolation_mode, outputs_match
+
+pytestmark = pytest.mark.skipif(isolation_mode() != "namespaces", reason="needs root and unshare")
+
+LIMITS = SandboxLimits(timeout_s=2.0)
+ADD = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"},
+       {"input": "5 7\n", "output": "12", "testtype": "stdin"}]
+ADD_CODE = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return Sandbox(LIMITS)
+
+
+def test_stdin_program_passes_and_wrong_one_fails(sandbox):
+    assert sandbox.run(ADD_CODE, ADD).passed
+    wrong = sandbox.run("a, b = map(int, input().split())\nprint(a * b)\n", ADD)
+    assert not wrong.passed and wrong.reason == "wrong_answer"
+
+
+def test_problem_passes_only_if_all_tests_pass(sandbox):
+    code = "a, b = map(int, input().split())\nprint(3 if a == 1 else 0)\n"
+    result = sandbox.run(code, ADD)
+    assert not result.passed and result.statuses == ["ok", "ok"]
+
+
+def test_call_based_program_with_starter_code(sandbox):
+    code = ("class Solution:\n    def shift(self, nums: List[int], k: int) -> List[int]:\n"
+            "        return [x + k for x in nums]\n")
+    tests = [{"input": "[1, 2]\n3", "output": "[4, 5]", "testtype": "functional"},
+             {"input": "[]\n1", "output": "[]", "testtype": "functional"}]
+    assert sandbox.run(code, tests, fn_name="shift").passed
+    assert not sandbox.run(code.replace("x + k", "x - k"), tests, fn_name="shift").passed
+    with pytest.raises(ValueError, match="fn_name"):
+        sandbox.run(code, tests)
+
+
+def test_syntax_error_and_exception_fail(sandbox):
+    assert sandbox.run("print(", ADD).reason == "syntax_error"
+    assert sandbox.run("raise RuntimeError('no')", ADD).reason == "error"
+    assert sandbox.run("import sys\nsys.exit(3)", ADD).reason == "error"
+
+
+def test_program_can_use_its_work_dir_and_the_stdlib(sandbox):
+    code = ("import os, heapq, fractions\nopen('scratch.txt', 'w').write(input())\n"
+            "a, b = map(int, open('scratch.txt').read().split())\nprint(a + b)\n")
+    assert sandbox.run(code, ADD).passed
+
+
+def _timed(sandbox, code, tests=ADD, **kwargs):
+    start = time.monotonic()
+    result = sandbox.run(code, tests, **kwargs)
+    return result, time.monotonic() - start
+
+
+def test_infinite_loop_times_out(sandbox):
+    result, seconds = _timed(sandbox, "while True:\n    pass\n")
+    assert not result.passed and result.reason == "timeout"
+    assert seconds < LIMITS.timeout_s + 3
+
+
+def test_fork_bomb_is_contained(sandbox):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    result, seconds = _timed(sandbox, code)
+    assert not result.passed and seconds < LIMITS.timeout_s + 3
+    time.sleep(0.2)
+    # Nothing of the bomb survives the sandbox (its uids are UID_BASE + offset, never 0).
+    survivors = [pid for pid in os.listdir("/proc") if pid.isdigit() and _uid(pid) >= 2_000_000]
+    assert survivors == []
+
+
+def _uid(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            return int(next(line for line in handle if line.startswith("Uid:")).split()[1])
+    except (OSError, StopIteration):
+        return -1
+
+
+def test_process_limit_binds(sandbox):
+    code = ("import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = os.fork()\n"
+            "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(1)\n        os._exit(0)\n"
+            "    n += 1\nprint(n)\n")
+    result = sandbox.run(code, [{"input": "", "output": "200", "testtype": "stdin"}])
+    assert not result.passed and result.reason == "wrong_answer"
+
+
+def test_huge_allocation_fails(sandbox):
+    result, seconds = _timed(sandbox, "x = bytearray(10 * 1024 ** 3)\nprint(3)\n",
+                             [{"input": "", "output": "3", "testtype": "stdin"}])
+    assert not result.passed and result.reason == "error" and seconds < LIMITS.timeout_s + 3
+
+
+def test_cannot_write_outside_the_work_dir(sandbox, tmp_path):
+    targets = [str(tmp_path / "escaped.txt"), "/tmp/balagg-sandbox-escape.txt"]
+    code = "".join(f"open({t!r}, 'w').write('x')\n" for t in targets) + "print(3)\n"
+    result = sandbox.run(code, [{"input": "", "output": "3", "testtype": "stdin"}])
+    assert not result.passed and result.reason == "error"
+    assert not any(os.path.exists(t) for t in targets)
+
+
+def test_cannot_open_a_socket(sandbox):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(5)
+    port = server.getsockname()[1]
+    accepted = []
+    thread = threading.Thread(target=lambda: _accept(server, accepted))
+    thread.start()
+    code = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "s.sendall(b'leak')\nprint(3)\n")
+    result = sandbox.run(code, [{"input": "", "output": "3", "testtype": "stdin"}])
+    thread.join()
+    server.close()
+    assert not result.passed and result.reason == "error"
+    assert accepted == []
+
+
+def _accept(server, accepted):
+    try:
+        accepted.append(server.accept())
+    except OSError:
+        pass
+
+
+def test_cannot_read_the_host_environment(sandbox, monkeypatch):
+    monkeypatch.setenv("BALAGG_TEST_SECRET", "hunter2")
+    code = ("import os\nfound = os.environ.get('BALAGG_TEST_SECRET', '')\n"
+            f"for path in ('/proc/{os.getpid()}/environ', '/proc/1/environ'):\n"
+            "    try:\n        found += open(path, 'rb').read().decode(errors='ignore')\n"
+            "    except OSError:\n        pass\nprint('hunter2' if 'hunter2' in found else 'nothing')\n")
+    result = sandbox.run(code, [{"input": "", "output": "hunter2", "testtype": "stdin"}])
+    assert not result.passed and result.reason == "wrong_answer"
+
+
+def test_cannot_kill_the_evaluator(sandbox):
+    code = (f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGKILL)\n"
+            "os.killpg(0, signal.SIGKILL)\nprint(3)\n")
+    result = sandbox.run(code, [{"input": "", "output": "3", "testtype": "stdin"}])
+    assert not result.passed
+    assert sandbox.run(ADD_CODE, ADD).passed  # and we are still here, scoring
+
+
+def test_printing_a_gigabyte_is_cut_off(sandbox):
+    code = "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)\n"
+    result, seconds = _timed(sandbox, code, [{"input": "", "output": "x", "testtype": "stdin"}])
+    assert not result.passed and result.reason == "output_limit" and seconds < LIMITS.timeout_s + 3
+
+
+def test_refuses_weak_mode_as_root():
+    if os.geteuid() != 0:
+        pytest.skip("only root is refused")
+    with pytest.raises(RuntimeError, match="root"):
+        Sandbox(LIMITS, allow_weak=True, mode="rlimits")
+    with pytest.raises(RuntimeError, match="allow_weak"):
+        Sandbox(LIMITS, mode="rlimits")
+
+
+def test_extract_code_takes_the_last_python_block():
+    text = "```python\nprint(1)\n```\nthen\n```\nnot python?\n```\nfinally\n```python\nprint(2)\n```"
+    assert extract_code(text) == "print(2)\n"
+    assert extract_code("```\nprint(3)\n```") == "print(3)\n"
+    assert extract_code("no code here") is None
+
+
+@pytest.mark.parametrize("expected, actual, kind, same", [
+    ("3\n", "3", "stdin", True),
+    ("1 2\n3", " 1 2 \n3\n", "stdin", True),
+    ("1.0", "1", "stdin", True),
+    ("1.5", "1.50", "stdin", True),
+    ("YES", "NO", "stdin", False),
+    ("1\n2", "1", "stdin", False),
+    ("[4, 5]", "[4,5]", "functional", True),
+    ("[4, 5]", "[5, 4]", "functional", False),
+    ("true", "true", "functional", True),
+    ("5", "not json", "functional", False),
+])
+def test_outputs_match(expected, actual, kind, same):
+    assert outputs_match(expected, actual, kind) is same

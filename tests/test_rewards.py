@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from balagg.rewards import MathReward, TimeoutVerifier, extract_answer_line, overlong_penalty
+from balagg.rewards import MathReward, extract_answer_line, overlong_penalty
 
 STUB = "verifier_stubs:hangs_on_request"
 
@@ -23,36 +23,56 @@ def test_answer_line_takes_the_last_answer_line():
     assert extract_answer_line("no answer here") is None
 
 
+def make_reward(**changes):
+    settings = dict(answer_format="answer-line", reward_correct=1.0, reward_incorrect=-1.0,
+                    max_completion_length=10, overlong_buffer_len=4, overlong_penalty_factor=1.0, timeout_s=1.0,
+                    workers=1, verifier=STUB)
+    return MathReward(**(settings | changes))
+
+
+def message(text):
+    return [{"role": "assistant", "content": text}]
+
+
 def test_a_hanging_verifier_costs_one_timeout_and_counts_as_wrong():
-    verify = TimeoutVerifier(timeout_s=1.0, spec=STUB)
+    reward = make_reward(answer_format="boxed")
     try:
-        assert verify("\\boxed{7}", "7") is True  # starts the worker
         start = time.monotonic()
-        assert verify("hang", "7") is False
-        assert time.monotonic() - start < 10
-        assert verify.timeouts == 1
-        assert verify("crash", "7") is False and verify.errors == 1
-        assert verify("\\boxed{7}", ["7"]) is True  # a fresh worker replaced the hung one
-        assert verify("\\boxed{8}", "7") is False
+        rewards = reward(completions=[message("\\boxed{7}"), message("hang"), message("crash"), message("\\boxed{7}")],
+                         completion_ids=[[0]] * 4, answer=[["7"]] * 4)
+        assert time.monotonic() - start < 30
+        assert rewards == [1.0, -1.0, -1.0, 1.0]  # the samples after the hung one are still verified
+        assert (reward.timeouts, reward.errors) == (1, 1)
+        assert reward(completions=["\\boxed{7}"], completion_ids=[[0]], answer=["7"]) == [1.0]  # fresh worker
     finally:
-        verify.close()
+        reward.close()
 
 
 def test_math_reward_combines_correctness_and_overlong_penalty():
-    reward = MathReward(answer_format="answer-line", reward_correct=1.0, reward_incorrect=-1.0,
-                        max_completion_length=10, overlong_buffer_len=4, overlong_penalty_factor=1.0,
-                        timeout_s=5.0, verifier=STUB)
+    reward = make_reward(timeout_s=5.0)
     try:
-        completions = [[{"role": "assistant", "content": "Answer: 7"}], [{"role": "assistant", "content": "7"}],
-                       [{"role": "assistant", "content": "Answer: 7"}]]
+        completions = [message("Answer: 7"), message("7"), message("Answer: 7")]
         rewards = reward(completions=completions, completion_ids=[[0] * 3, [0] * 3, [0] * 8],
                          answer=[["7"], ["7"], ["7"]])
         assert rewards == [1.0, -1.0, 1.0 - 0.5]
         assert reward.last_correct == [True, False, True]
     finally:
-        reward.verify.close()
+        reward.close()
 
 
 def test_missing_verifier_fails_at_construction():
     with pytest.raises(ModuleNotFoundError):
-        TimeoutVerifier(timeout_s=1.0, spec="no_such_module_xyz:verify")
+        make_reward(verifier="no_such_module_xyz:verify")
+    with pytest.raises(ValueError, match="has no"):
+        make_reward(verifier="verifier_stubs:no_such_function")
+
+
+def test_default_verifier_is_the_evaluations_verify_math():
+    pytest.importorskip("math_verify")
+    reward = make_reward(verifier="balagg.evaluation.math:verify_math", answer_format="boxed", timeout_s=10.0)
+    try:
+        texts = ["so it is \\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "\\boxed{2}", "no box at all: 1/3"]
+        assert reward.correctness([message(t) for t in texts], [["\\frac{1}{2}"]] * 3 + [["5"]]) == [
+            True, True, False, False]
+    finally:
+        reward.close()

@@ -51,6 +51,7 @@ def cell_file(tmp_path_factory):
         "warmup_steps": 2, "num_generations": 4, "prompts_per_step": 2, "mini_batches": 1, "micro_batch_size": 4,
         "num_iterations": 2, "max_prompt_length": 64, "max_completion_length": 16, "overlong_buffer_len": 4,
         "total_steps": TOTAL_STEPS, "save_every": 2, "keep_checkpoints": 2, "eval_steps": [3], "eval_every": 4,
+        "verifier_workers": 1,
     }
     path = root / "cell.json"
     path.write_text(json.dumps(cell))

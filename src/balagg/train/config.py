@@ -55,6 +55,7 @@ class CellConfig:
     overlong_buffer_len: int = 4096
     overlong_penalty_factor: float = 1.0
     verifier_timeout_s: float = 10.0
+    verifier_workers: int = 2
     verifier: str = "balagg.evaluation.math:verify_math"  # module:function; the evaluation's verifier
     scale_rewards: str = "group"  # TRL: "group" (GRPO), "batch", "none" (Dr.GRPO)
 
@@ -129,7 +130,7 @@ class CellConfig:
             raise ValueError("cell config: prompt_template must contain the placeholder {problem}")
         positive = ("num_generations", "prompts_per_step", "mini_batches", "micro_batch_size", "num_iterations",
                     "max_prompt_length", "max_completion_length", "total_steps", "save_every", "keep_checkpoints",
-                    "num_processes", "torch_threads")
+                    "num_processes", "torch_threads", "verifier_workers")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"cell config: {name} must be >= 1, got {getattr(self, name)}")

@@ -122,7 +122,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         max_completion_length=cell.max_completion_length,
         overlong_buffer_len=cell.overlong_buffer_len if cell.overlong_buffer_enabled else None,
         overlong_penalty_factor=cell.overlong_penalty_factor, timeout_s=cell.verifier_timeout_s,
-        verifier=cell.verifier,
+        workers=cell.verifier_workers, verifier=cell.verifier,
     )
 
     tracker = Tracker(cell.mlflow_tracking_uri)
@@ -157,7 +157,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
         status = "FINISHED"
     finally:
-        reward.verify.close()
+        reward.close()
         if trainer.is_world_process_zero():
             tracker.end(status)
 
@@ -177,7 +177,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
             "checkpoints": [{"step": step, "path": str(path.resolve())} for step, path in cell_dir.eval_checkpoints()],
             "metrics_file": str(cell_dir.metrics.resolve()),
             "final_metrics": metrics[-1] if metrics else {},
-            "verifier": {"timeouts": reward.verify.timeouts, "errors": reward.verify.errors},
+            "verifier": {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors},
             "versions": package_versions(),
             "git_commit": git_commit(),
             "mlflow_run_id": tracker.run_id,

@@ -1,0 +1,107 @@
+"""Trainer callback: one metrics.jsonl line (and MLflow metrics) per optimiser step, plus the
+weights-only evaluation checkpoints.
+
+Keys of a metrics line (docs/files.md): step, reward_mean, accuracy, pg_loss (the aggregated
+policy-gradient loss = sum_i w_i sum_t l_it of the step), entropy, clip_frac_low/high/region, grad_norm
+(before clipping), lr, tokens_per_s, step_seconds, every key of ``length_diagnostics`` and a few more
+(reward_std, frac_reward_zero_std, truncation_rate, response_tokens, token_weight_sum = sum_i w_i |o_i|). The generation-batch
+statistics are those of the batch the step trained on (with mini_batches > 1 or num_iterations > 1
+several steps share one). ``tokens_per_s`` = response tokens the step trained on (the generation batch's
+/ mini_batches) / step_seconds. Only step_seconds and tokens_per_s depend on the wall clock
+(:data:`WALL_CLOCK_KEYS`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+
+from balagg.tracking import Tracker
+from balagg.train.files import CellDir, append_metrics
+
+log = logging.getLogger("balagg.train")
+
+WALL_CLOCK_KEYS = ("step_seconds", "tokens_per_s")
+
+TRL_KEYS = {
+    "pg_loss": "loss",
+    "entropy": "entropy",
+    "clip_frac_low": "clip_ratio/low_mean",
+    "clip_frac_high": "clip_ratio/high_mean",
+    "clip_frac_region": "clip_ratio/region_mean",
+    "grad_norm": "grad_norm",
+    "lr": "learning_rate",
+}
+
+
+class CellCallback(TrainerCallback):
+    def __init__(self, cell_dir: CellDir, checkpoint_steps: list[int], mini_batches: int, tracker: Tracker) -> None:
+        self.cell_dir = cell_dir
+        self.checkpoint_steps = set(checkpoint_steps)
+        self.mini_batches = mini_batches
+        self.tracker = tracker
+        self.trainer = None  # set by run_cell once the trainer exists
+        self._step_start = 0.0
+        self._step_seconds = math.nan
+        self._logged_step = -1
+
+    # ---- evaluation checkpoints ---------------------------------------------------------------------
+
+    def save_eval_checkpoint(self, step: int) -> None:
+        """Weights + tokenizer, loadable by from_pretrained, placed by one atomic rename. All processes
+        call this (sharded models are gathered inside save_model); the main process renames."""
+        final = self.cell_dir.checkpoint(step)
+        if final.exists():  # complete (only renames create it): a resumed run recomputes identical weights
+            return
+        tmp = final.with_name(f".{final.name}.tmp")
+        trainer = self.trainer
+        if trainer.is_world_process_zero() and tmp.exists():
+            shutil.rmtree(tmp)
+        trainer.accelerator.wait_for_everyone()
+        trainer.save_model(str(tmp))
+        trainer.accelerator.wait_for_everyone()
+        if trainer.is_world_process_zero():
+            (tmp / "training_args.bin").unlink(missing_ok=True)
+            tmp.rename(final)
+            log.info("saved evaluation checkpoint %s", final)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0 and 0 in self.checkpoint_steps:
+            self.save_eval_checkpoint(0)
+
+    # ---- per-step metrics ---------------------------------------------------------------------------
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._step_seconds = time.perf_counter() - self._step_start
+        if state.global_step in self.checkpoint_steps:
+            self.save_eval_checkpoint(state.global_step)
+
+    def on_log(self, args, state, control, logs: dict[str, Any] | None = None, **kwargs):
+        logs = logs or {}
+        step = state.global_step
+        if "loss" not in logs or step == self._logged_step:  # not a training-step log (e.g. the final summary)
+            return
+        self._logged_step = step
+        stats = dict(self.trainer.generation_stats)
+        row: dict[str, Any] = {"step": step, "reward_mean": stats.pop("reward_mean", math.nan),
+                               "accuracy": stats.pop("accuracy", math.nan)}
+        for key, source in TRL_KEYS.items():
+            row[key] = float(logs.get(source, math.nan))
+        row["step_seconds"] = self._step_seconds
+        tokens = stats.get("response_tokens", math.nan) / self.mini_batches
+        row["tokens_per_s"] = tokens / self._step_seconds if self._step_seconds > 0 else math.nan
+        row.update(stats)
+        if state.is_world_process_zero:
+            append_metrics(self.cell_dir.metrics, row)
+            self.tracker.log_metrics(row, step=step)
+            log.info("step %d/%d reward %.4f acc %.4f pg_loss %.4g len %.1f %.2fs/step", step, state.max_steps,
+                     row["reward_mean"], row["accuracy"], row["pg_loss"], row.get("len_mean", math.nan),
+                     row["step_seconds"])

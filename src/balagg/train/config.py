@@ -1,0 +1,303 @@
+"""The resolved per-cell training config (``cell.json``) and its translation into TRL's ``GRPOConfig``.
+
+One cell = model x dataset x aggregator x seed. Every key of ``cell.json`` is a field of
+:class:`CellConfig`; unknown keys, wrong types and inconsistent batch shapes are errors that name the
+problem. Batch shape (DAPO vocabulary -> TRL):
+
+    responses per generation batch  = prompts_per_step * num_generations
+    responses per optimiser step    = responses per generation batch / mini_batches
+    gradient_accumulation_steps     = responses per optimiser step / (micro_batch_size * num_processes)
+    steps_per_generation            = gradient_accumulation_steps * mini_batches
+
+so one generation batch is consumed by ``mini_batches`` optimiser steps, each of them ``num_iterations``
+times; a *generation cycle* is ``mini_batches * num_iterations`` optimiser steps, and resumable
+checkpoints must fall on cycle boundaries (TRL does not save its rollout buffer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from balagg.aggregation import DEFAULT_SCOPES, SCOPES, canonical_rule
+
+ANSWER_FORMATS = ("boxed", "answer-line")
+
+
+@dataclass
+class CellConfig:
+    """Everything one training cell needs. Paths are as given (absolute or relative to the cwd)."""
+
+    # what to train on
+    model: str
+    train_files: list[str]
+    aggregator: str
+    seed: int
+    output_name: str = ""  # free label for logs; default "<model>/<dataset>/<aggregator>/seed<seed>"
+    tokenizer: str | None = None  # default: the model directory
+    model_name: str | None = None  # label for tags; default: the model path's last component
+    dataset_name: str | None = None  # label for tags; default: the first train file's stem
+    scope: str | None = None  # default: DEFAULT_SCOPES[aggregator] (token-agg: batch, others: group)
+
+    # prompt and reward
+    prompt_template: str = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+    use_chat_template: bool = True
+    answer_format: str = "boxed"  # "boxed": \boxed{...}; "answer-line": the last "Answer: ..." line
+    reward_correct: float = 1.0
+    reward_incorrect: float = -1.0  # DAPO's +-1
+    overlong_buffer_enabled: bool = True
+    overlong_buffer_len: int = 4096
+    overlong_penalty_factor: float = 1.0
+    verifier_timeout_s: float = 10.0
+    verifier_workers: int = 2
+    verifier: str = "balagg.evaluation.math:verify_math"  # module:function; the evaluation's verifier
+    scale_rewards: str = "group"  # TRL: "group" (GRPO), "batch", "none" (Dr.GRPO)
+
+    # DAPO recipe knobs
+    learning_rate: float = 1e-6
+    warmup_steps: int = 10
+    lr_scheduler: str = "constant_with_warmup"
+    weight_decay: float = 0.1
+    max_grad_norm: float = 1.0
+    optimizer: str = "adamw_torch"
+    num_generations: int = 16
+    prompts_per_step: int = 512
+    mini_batches: int = 16
+    micro_batch_size: int = 4
+    num_iterations: int = 1
+    max_prompt_length: int = 2048
+    max_completion_length: int = 20480
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    temperature: float = 1.0
+    top_p: float = 1.0
+    mask_truncated_completions: bool = False
+    beta: float = 0.0  # KL to a reference model: must be 0 (the KL term is not advantage-weighted)
+    total_steps: int = 100
+
+    # checkpoints
+    save_every: int = 10  # resumable checkpoints, a multiple of the generation cycle
+    keep_checkpoints: int = 2  # resumable checkpoints kept (weights-only eval checkpoints are all kept)
+    eval_steps: list[int] = field(default_factory=list)  # weights-only checkpoints; step 0 always included
+    eval_every: int = 0  # also every N steps when > 0 (and the last step)
+
+    # hardware
+    num_processes: int = 1  # data-parallel processes (GPUs); the workflow launches this many
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_importance_sampling_correction: bool = True
+    accelerate_config: str | None = None  # e.g. configs/accelerate/zero3.yaml (GPU runs)
+    torch_threads: int = 1  # CPU intra-op threads
+
+    # tracking
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment: str = "balagg"
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        self.aggregator = canonical_rule(self.aggregator)
+        if self.scope is None:
+            self.scope = DEFAULT_SCOPES[self.aggregator]
+        if self.scope not in SCOPES:
+            raise ValueError(f"cell config: unknown scope {self.scope!r}; valid: {', '.join(SCOPES)}")
+        if self.tokenizer is None:
+            self.tokenizer = self.model
+        if self.model_name is None:
+            self.model_name = Path(self.model).name
+        if not self.train_files:
+            raise ValueError("cell config: train_files is empty")
+        if self.dataset_name is None:
+            self.dataset_name = Path(self.train_files[0]).stem
+        if not self.output_name:
+            self.output_name = f"{self.model_name}/{self.dataset_name}/{self.aggregator}/seed{self.seed}"
+        if self.beta != 0:
+            raise ValueError(
+                f"cell config: beta={self.beta} is not supported: the KL penalty is not scaled by the advantage, "
+                "so aggregation weights folded into the advantages would not apply to it; set beta to 0"
+            )
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"cell config: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
+        if "{problem}" not in self.prompt_template:
+            raise ValueError("cell config: prompt_template must contain the placeholder {problem}")
+        positive = ("num_generations", "prompts_per_step", "mini_batches", "micro_batch_size", "num_iterations",
+                    "max_prompt_length", "max_completion_length", "total_steps", "save_every", "keep_checkpoints",
+                    "num_processes", "torch_threads", "verifier_workers")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"cell config: {name} must be >= 1, got {getattr(self, name)}")
+        if self.num_generations < 2:
+            raise ValueError("cell config: num_generations must be >= 2 (group-relative advantages)")
+        if self.generation_batch % self.mini_batches:
+            raise ValueError(
+                f"cell config: prompts_per_step * num_generations = {self.generation_batch} responses do not split "
+                f"into mini_batches={self.mini_batches} equal optimiser steps"
+            )
+        per_pass = self.micro_batch_size * self.num_processes
+        if self.responses_per_step % per_pass:
+            raise ValueError(
+                f"cell config: {self.responses_per_step} responses per optimiser step are not a multiple of "
+                f"micro_batch_size * num_processes = {per_pass}"
+            )
+        if self.save_every % self.generation_cycle:
+            raise ValueError(
+                f"cell config: save_every={self.save_every} must be a multiple of the generation cycle "
+                f"(mini_batches * num_iterations = {self.generation_cycle} optimiser steps); TRL does not save its "
+                "rollout buffer, so a resume from inside a cycle would not reproduce the run"
+            )
+        if self.overlong_buffer_enabled and not 0 < self.overlong_buffer_len <= self.max_completion_length:
+            raise ValueError(
+                f"cell config: overlong_buffer_len={self.overlong_buffer_len} must be in "
+                f"(0, max_completion_length={self.max_completion_length}]"
+            )
+        if self.verifier_timeout_s <= 0:
+            raise ValueError("cell config: verifier_timeout_s must be positive")
+        bad_steps = [s for s in self.eval_steps if not 0 <= s <= self.total_steps]
+        if bad_steps:
+            raise ValueError(f"cell config: eval_steps {bad_steps} are outside [0, total_steps={self.total_steps}]")
+        if self.use_vllm and self.vllm_mode not in ("colocate", "server"):
+            raise ValueError(f"cell config: vllm_mode must be colocate or server, got {self.vllm_mode!r}")
+
+    def _check_types(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not _matches(value, hints[f.name]):
+                raise ValueError(f"cell config: {f.name}={value!r} has the wrong type; expected {hints[f.name]}")
+
+    # ---- derived batch shape -------------------------------------------------------------------------
+
+    @property
+    def generation_batch(self) -> int:
+        """Responses per generation batch (all processes)."""
+        return self.prompts_per_step * self.num_generations
+
+    @property
+    def responses_per_step(self) -> int:
+        return self.generation_batch // self.mini_batches
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.responses_per_step // (self.micro_batch_size * self.num_processes)
+
+    @property
+    def steps_per_generation(self) -> int:
+        return self.gradient_accumulation_steps * self.mini_batches
+
+    @property
+    def generation_cycle(self) -> int:
+        """Optimiser steps per generation batch (TRL regenerates after this many)."""
+        return self.mini_batches * self.num_iterations
+
+    def checkpoint_steps(self) -> list[int]:
+        """Steps that get a weights-only evaluation checkpoint: 0, eval_steps, every eval_every, last."""
+        steps = {0, *self.eval_steps}
+        if self.eval_every > 0:
+            steps |= set(range(0, self.total_steps + 1, self.eval_every)) | {self.total_steps}
+        return sorted(steps)
+
+    # ---- serialisation ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def config_hash(self) -> str:
+        """sha256 of the resolved config (canonical JSON), first 16 hex digits."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CellConfig:
+        if not isinstance(data, dict):
+            raise ValueError(f"cell config must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"cell config: unknown keys {unknown}")
+        missing = sorted(f.name for f in dataclasses.fields(cls)
+                         if f.name not in data and f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)
+        if missing:
+            raise ValueError(f"cell config: missing required keys {missing}")
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> CellConfig:
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ValueError(f"cell config {path} does not exist") from None
+        except json.JSONDecodeError as error:
+            raise ValueError(f"cell config {path} is not valid JSON: {error}") from None
+        return cls.from_dict(data)
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Shallow runtime type check of a JSON value against a field annotation."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_matches(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def grpo_config_kwargs(cell: CellConfig, output_dir: str) -> dict[str, Any]:
+    """Keyword arguments of ``trl.GRPOConfig`` for ``cell`` (loss_type dr_grpo: see balagg.train.trainer)."""
+    kwargs: dict[str, Any] = dict(
+        output_dir=output_dir,
+        loss_type="dr_grpo",
+        beta=0.0,
+        seed=cell.seed,
+        data_seed=cell.seed,
+        learning_rate=cell.learning_rate,
+        warmup_steps=cell.warmup_steps,
+        lr_scheduler_type=cell.lr_scheduler,
+        weight_decay=cell.weight_decay,
+        max_grad_norm=cell.max_grad_norm,
+        optim=cell.optimizer,
+        num_generations=cell.num_generations,
+        per_device_train_batch_size=cell.micro_batch_size,
+        gradient_accumulation_steps=cell.gradient_accumulation_steps,
+        steps_per_generation=cell.steps_per_generation,
+        num_iterations=cell.num_iterations,
+        max_completion_length=cell.max_completion_length,
+        epsilon=cell.clip_ratio_low,
+        epsilon_high=cell.clip_ratio_high,
+        temperature=cell.temperature,
+        top_p=cell.top_p,
+        scale_rewards=cell.scale_rewards,
+        mask_truncated_completions=cell.mask_truncated_completions,
+        max_steps=cell.total_steps,
+        save_strategy="steps",
+        save_steps=cell.save_every,
+        save_total_limit=cell.keep_checkpoints,
+        logging_steps=1,
+        report_to="none",
+        bf16=cell.bf16,
+        gradient_checkpointing=cell.gradient_checkpointing,
+        use_vllm=cell.use_vllm,
+        dataloader_num_workers=0,
+    )
+    if cell.use_vllm:
+        kwargs |= dict(
+            vllm_mode=cell.vllm_mode,
+            vllm_gpu_memory_utilization=cell.vllm_gpu_memory_utilization,
+            vllm_importance_sampling_correction=cell.vllm_importance_sampling_correction,
+        )
+    return kwargs

@@ -1,0 +1,76 @@
+"""Training prompts from the normalised training-set JSONL (docs/files.md):
+
+    {"id": "dapo-00042", "problem": "...", "answer": "34", "source": "dapo-math-17k"}
+
+Each row becomes a TRL prompt -- ``prompt_template.format(problem=...)``, as one user message when the
+cell uses the chat template, else as plain text -- with its gold answer(s) in the ``answer`` column (a
+list of strings, the form the verifier accepts for several golds). Prompts longer than
+``max_prompt_length`` tokens are counted and skipped (as verl's ``filter_overlong_prompts``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("balagg.train")
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    rows = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        raise ValueError(f"training file {path} does not exist") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{number}: not valid JSON ({error})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: expected a JSON object")
+        for key in ("id", "problem", "answer"):
+            if key not in row:
+                raise ValueError(f"{path}:{number}: missing key {key!r}")
+        if not isinstance(row["problem"], str) or not row["problem"].strip():
+            raise ValueError(f"{path}:{number}: 'problem' must be a non-empty string")
+        answer = row["answer"]
+        golds = answer if isinstance(answer, list) else [answer]
+        if not golds or not all(isinstance(g, (str, int, float)) and not isinstance(g, bool) for g in golds):
+            raise ValueError(f"{path}:{number}: 'answer' must be a string or a non-empty list of strings")
+        rows.append({"id": str(row["id"]), "problem": row["problem"], "answer": [str(g) for g in golds]})
+    return rows
+
+
+def build_prompts(cell, tokenizer):
+    """A ``datasets.Dataset`` with columns id, prompt, answer for ``cell``."""
+    from datasets import Dataset
+
+    records, skipped = [], 0
+    for path in cell.train_files:
+        for row in read_rows(path):
+            text = cell.prompt_template.format(problem=row["problem"])
+            if cell.use_chat_template:
+                prompt: Any = [{"role": "user", "content": text}]
+                ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+                if isinstance(ids, dict) or hasattr(ids, "keys"):
+                    ids = ids["input_ids"]
+            else:
+                prompt = text
+                ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) > cell.max_prompt_length:
+                skipped += 1
+                continue
+            records.append({"id": row["id"], "prompt": prompt, "answer": row["answer"]})
+    if skipped:
+        log.warning("skipped %d prompts longer than max_prompt_length=%d tokens", skipped, cell.max_prompt_length)
+    if len(records) < cell.prompts_per_step:
+        raise ValueError(
+            f"only {len(records)} usable prompts in {cell.train_files} (after skipping {skipped} over-long ones); "
+            f"a step needs prompts_per_step={cell.prompts_per_step}"
+        )
+    return Dataset.from_list(records)

@@ -1,0 +1,139 @@
+"""Work-directory layout of one training cell and the atomic file operations on it (docs/files.md).
+
+    DIR/metrics.jsonl                  one line per optimiser step
+    DIR/checkpoints/step-{N:06d}/      weights-only HF model + tokenizer (evaluation)
+    DIR/state/checkpoint-{N}/          TRL/Trainer resumable state (model, optimiser, scheduler, RNG)
+    DIR/train.log                      plain log lines
+    DIR/mlflow_run_id                  the cell's MLflow run, resumed after a restart
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+class CellDir:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "train.log"
+
+    @property
+    def mlflow_run_id(self) -> Path:
+        return self.root / "mlflow_run_id"
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f"step-{step:06d}"
+
+    def eval_checkpoints(self) -> list[tuple[int, Path]]:
+        """Complete weights-only checkpoints (they appear only by atomic rename), by step."""
+        if not self.checkpoints.is_dir():
+            return []
+        found = []
+        for path in self.checkpoints.glob("step-*"):
+            suffix = path.name.removeprefix("step-")
+            if path.is_dir() and suffix.isdigit() and len(suffix) == 6:
+                found.append((int(suffix), path))
+        return sorted(found)
+
+    def latest_resumable(self) -> Path | None:
+        """The newest *complete* resumable checkpoint: Trainer writes trainer_state.json last, so a
+        checkpoint counts only if that file exists and parses (kill -9 can leave partial ones)."""
+        best: tuple[int, Path] | None = None
+        if not self.state.is_dir():
+            return None
+        for path in self.state.glob("checkpoint-*"):
+            suffix = path.name.removeprefix("checkpoint-")
+            if not suffix.isdigit():
+                continue
+            try:
+                json.loads((path / "trainer_state.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if best is None or int(suffix) > best[0]:
+                best = (int(suffix), path)
+        return best[1] if best else None
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf -> None (strict JSON), recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    write_atomic(path, json.dumps(json_safe(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """metrics.jsonl lines; a torn last line (kill -9 mid-append) is dropped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            break
+    return rows
+
+
+def truncate_metrics(path: str | Path, last_step: int) -> list[dict[str, Any]]:
+    """Keep only the lines with step <= last_step (the resumed checkpoint), atomically."""
+    rows = [row for row in read_metrics(path) if row.get("step", math.inf) <= last_step]
+    write_atomic(path, "".join(metrics_line(row) for row in rows))
+    return rows
+
+
+def metrics_line(row: dict[str, Any]) -> str:
+    return json.dumps(json_safe(row), allow_nan=False) + "\n"
+
+
+def append_metrics(path: str | Path, row: dict[str, Any]) -> None:
+    """Append one line and fsync. A crash can at worst leave a torn last line, which read_metrics drops
+    and the resume truncates away."""
+    with open(path, "a") as handle:
+        handle.write(metrics_line(row))
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -1,0 +1,188 @@
+"""Train one grid cell end to end: resume if possible, train, write the manifest last.
+
+``run_cell(cell, workdir, manifest_path)``:
+1. finds the newest complete resumable checkpoint under ``workdir/state`` (none: a fresh start, which
+   clears metrics.jsonl) and truncates metrics.jsonl to the steps it covers;
+2. builds model, tokenizer, prompts, the math reward and :class:`AggregatedGRPOTrainer`;
+3. trains to ``total_steps``, writing metrics.jsonl / MLflow / eval checkpoints through the callback;
+4. writes the manifest atomically, after everything else.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from balagg.tracking import Tracker
+from balagg.train.config import CellConfig, grpo_config_kwargs
+from balagg.train.files import CellDir, read_metrics, truncate_metrics, write_atomic, write_json
+
+log = logging.getLogger("balagg.train")
+
+VERSIONED_PACKAGES = ("balagg", "torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "vllm",
+                      "mlflow")
+
+
+def package_versions() -> dict[str, str | None]:
+    versions = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    versions["python"] = sys.version.split()[0]
+    return versions
+
+
+def git_commit() -> str | None:
+    """Commit of the balagg source tree ("+dirty" if it has uncommitted changes); None outside git."""
+    source = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def load_tokenizer(path: str):
+    """The tokenizer exactly as saved (tokenizer.json). AutoTokenizer would rebuild a Qwen2 tokenizer's
+    pipeline from its vocabulary and break character-level tokenizers (trl-cpu.md section 2.2)."""
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _attach_log_file(cell_dir: CellDir) -> logging.Handler:
+    handler = logging.FileHandler(cell_dir.log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("balagg", "transformers", "trl"):
+        logging.getLogger(name).addHandler(handler)
+    logging.getLogger("balagg").setLevel(logging.INFO)
+    return handler
+
+
+def _detach_log_file(handler: logging.Handler) -> None:
+    for name in ("balagg", "transformers", "trl"):
+        logging.getLogger(name).removeHandler(handler)
+    handler.close()
+
+
+def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path) -> dict[str, Any]:
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    cell_dir = CellDir(workdir)
+    cell_dir.root.mkdir(parents=True, exist_ok=True)
+    handler = _attach_log_file(cell_dir)
+    try:
+        return _run(cell, cell_dir, Path(manifest_path))
+    finally:
+        _detach_log_file(handler)
+
+
+def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import GRPOConfig
+
+    from balagg.rewards import MathReward
+    from balagg.train.callbacks import CellCallback
+    from balagg.train.data import build_prompts
+    from balagg.train.trainer import AggregatedGRPOTrainer
+
+    if not torch.cuda.is_available():
+        torch.set_num_threads(cell.torch_threads)
+
+    resume = cell_dir.latest_resumable()
+    if resume is None:
+        cell_dir.metrics.unlink(missing_ok=True)
+        log.info("cell %s: fresh start (config %s)", cell.output_name, cell.config_hash())
+    else:
+        step = int(resume.name.removeprefix("checkpoint-"))
+        truncate_metrics(cell_dir.metrics, step)
+        log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
+
+    tokenizer = load_tokenizer(cell.tokenizer)
+    dtype = torch.bfloat16 if cell.bf16 else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(cell.model, dtype=dtype)
+    dataset = build_prompts(cell, tokenizer)
+    reward = MathReward(
+        answer_format=cell.answer_format, reward_correct=cell.reward_correct, reward_incorrect=cell.reward_incorrect,
+        max_completion_length=cell.max_completion_length,
+        overlong_buffer_len=cell.overlong_buffer_len if cell.overlong_buffer_enabled else None,
+        overlong_penalty_factor=cell.overlong_penalty_factor, timeout_s=cell.verifier_timeout_s,
+        workers=cell.verifier_workers, verifier=cell.verifier,
+    )
+
+    tracker = Tracker(cell.mlflow_tracking_uri)
+    stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
+    callback = CellCallback(cell_dir, cell.checkpoint_steps(), cell.mini_batches, tracker)
+    args = GRPOConfig(**grpo_config_kwargs(cell, str(cell_dir.state)),
+                      disable_tqdm=not sys.stderr.isatty())
+    trainer = AggregatedGRPOTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[reward],
+        callbacks=[callback], aggregation=cell.aggregator, scope=cell.scope,
+    )
+    trainer.remove_callback(PrinterCallback)  # plain per-step lines come from the callback's logger
+    if not sys.stderr.isatty():
+        trainer.remove_callback(ProgressCallback)
+    if trainer.accelerator.num_processes != cell.num_processes:
+        raise ValueError(f"cell config says num_processes={cell.num_processes} but "
+                         f"{trainer.accelerator.num_processes} processes were launched")
+    callback.trainer = trainer
+
+    if trainer.is_world_process_zero():
+        run_id = tracker.start(
+            experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,
+            tags={"model": cell.model_name, "dataset": cell.dataset_name, "aggregator": cell.aggregator,
+                  "scope": cell.scope, "seed": str(cell.seed), "config_hash": cell.config_hash(),
+                  "git_commit": str(git_commit())},
+            params=cell.to_dict(),
+        )
+        if run_id is not None and run_id != stored_run:
+            write_atomic(cell_dir.mlflow_run_id, run_id + "\n")
+    status = "FAILED"
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+        status = "FINISHED"
+    finally:
+        reward.close()
+        if trainer.is_world_process_zero():
+            tracker.end(status)
+
+    manifest: dict[str, Any] = {}
+    if trainer.is_world_process_zero():
+        metrics = read_metrics(cell_dir.metrics)
+        manifest = {
+            "cell": cell.output_name,
+            "model": cell.model_name,
+            "dataset": cell.dataset_name,
+            "aggregator": cell.aggregator,
+            "scope": cell.scope,
+            "seed": cell.seed,
+            "config_hash": cell.config_hash(),
+            "config": cell.to_dict(),
+            "steps": metrics[-1]["step"] if metrics else 0,
+            "checkpoints": [{"step": step, "path": str(path.resolve())} for step, path in cell_dir.eval_checkpoints()],
+            "metrics_file": str(cell_dir.metrics.resolve()),
+            "final_metrics": metrics[-1] if metrics else {},
+            "verifier": {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors},
+            "versions": package_versions(),
+            "git_commit": git_commit(),
+            "mlflow_run_id": tracker.run_id,
+            "mlflow_tracking_uri": cell.mlflow_tracking_uri,
+        }
+        write_json(manifest_path, manifest)
+        log.info("wrote manifest %s", manifest_path)
+    return manifest

@@ -1,0 +1,73 @@
+"""The per-cell config: unknown keys are errors, scopes default per rule, batch shapes are checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from balagg.train.config import CellConfig, grpo_config_kwargs
+
+BASE = {"model": "m", "train_files": ["data/train/dapo.jsonl"], "aggregator": "token-agg", "seed": 1,
+        "num_generations": 4, "prompts_per_step": 8, "mini_batches": 2, "micro_batch_size": 2,
+        "num_iterations": 1, "save_every": 4}
+
+
+def cell(**changes):
+    return CellConfig.from_dict(BASE | changes)
+
+
+def test_unknown_and_missing_keys_are_errors():
+    with pytest.raises(ValueError, match=r"unknown keys \['learnig_rate'\]"):
+        cell(learnig_rate=1e-6)
+    with pytest.raises(ValueError, match="missing required keys"):
+        CellConfig.from_dict({k: v for k, v in BASE.items() if k != "seed"})
+    with pytest.raises(ValueError, match="wrong type"):
+        cell(seed="1")
+
+
+@pytest.mark.parametrize(("rule", "scope"), [("token-agg", "batch"), ("seq-agg", "group"),
+                                             ("balanced-agg", "group"), ("token-mean", "batch")])
+def test_scope_defaults_follow_the_rule(rule, scope):
+    config = cell(aggregator=rule)
+    assert config.scope == scope
+    assert cell(aggregator=rule, scope="group").scope == "group"
+
+
+def test_batch_shape_maps_to_trl():
+    config = cell(num_processes=2)
+    # 8 prompts x 4 = 32 responses, 2 mini-batches of 16, micro 2 x 2 processes -> GA 4, S 8
+    assert (config.generation_batch, config.responses_per_step) == (32, 16)
+    assert (config.gradient_accumulation_steps, config.steps_per_generation) == (4, 8)
+    kwargs = grpo_config_kwargs(config, "out")
+    assert kwargs["loss_type"] == "dr_grpo" and kwargs["beta"] == 0.0
+    assert kwargs["steps_per_generation"] == 8 and kwargs["gradient_accumulation_steps"] == 4
+
+
+def test_inconsistent_shapes_and_settings_are_errors():
+    with pytest.raises(ValueError, match="mini_batches"):
+        cell(mini_batches=3)
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        cell(micro_batch_size=3)
+    with pytest.raises(ValueError, match="generation cycle"):
+        cell(num_iterations=2, save_every=6)  # cycle = 2 mini-batches x 2 iterations = 4
+    with pytest.raises(ValueError, match="beta"):
+        cell(beta=0.01)
+    with pytest.raises(ValueError, match="unknown aggregation rule"):
+        cell(aggregator="mean")
+    with pytest.raises(ValueError, match="prompt_template"):
+        cell(prompt_template="no placeholder")
+
+
+def test_checkpoint_steps_always_include_zero_and_the_end():
+    assert cell(total_steps=10, eval_every=4, eval_steps=[3]).checkpoint_steps() == [0, 3, 4, 8, 10]
+    assert cell(total_steps=10).checkpoint_steps() == [0]
+
+
+def test_config_hash_depends_on_content_only(tmp_path):
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(BASE))
+    assert CellConfig.load(path).config_hash() == cell().config_hash() != cell(seed=2).config_hash()
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        CellConfig.load(path)

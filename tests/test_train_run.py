@@ -1,0 +1,154 @@
+"""End to end: ``python -m balagg train`` on a tiny model and a tiny JSONL dataset; determinism; kill -9 and
+resume; MLflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+pytest.importorskip("trl")
+pytest.importorskip("math_verify")  # the evaluation's pinned verifier (pyproject dependency)
+
+from balagg.train.callbacks import WALL_CLOCK_KEYS  # noqa: E402
+from balagg.train.config import CellConfig  # noqa: E402
+from balagg.train.files import read_metrics  # noqa: E402
+
+TOTAL_STEPS = 8
+REQUIRED_KEYS = ("step", "reward_mean", "accuracy", "pg_loss", "entropy", "clip_frac_low", "clip_frac_high",
+                 "clip_frac_region", "grad_norm", "lr", "tokens_per_s", "step_seconds", "len_mean", "len_std",
+                 "len_cv", "len_cv_within_group", "len_pos_mean", "len_neg_mean", "len_gap", "mixed_group_frac",
+                 "side_weight/token-agg/pos", "side_weight/balanced-agg/neg", "side_weight/dr-grpo/pos")
+
+
+@pytest.fixture(scope="module")
+def cell_file(tmp_path_factory):
+    import torch
+
+    from balagg.tinyworld.model import build_model, build_tokenizer
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("cell")
+    tokenizer = build_tokenizer()
+    build_model("tiny-s", tokenizer, seed=0).save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    rows = [{"id": f"add-{a}-{b}", "problem": f"{a}+{b}", "answer": str(a + b), "source": "test"}
+            for a in range(3) for b in range(3)]
+    rows.append({"id": "too-long", "problem": "9" * 200, "answer": "9", "source": "test"})  # skipped
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cell = {
+        "model": str(root / "model"), "train_files": [str(root / "train.jsonl")], "aggregator": "balanced-agg",
+        "seed": 7, "prompt_template": "{problem}=", "answer_format": "boxed", "learning_rate": 1e-3,
+        "warmup_steps": 2, "num_generations": 4, "prompts_per_step": 2, "mini_batches": 1, "micro_batch_size": 4,
+        "num_iterations": 2, "max_prompt_length": 64, "max_completion_length": 16, "overlong_buffer_len": 4,
+        "total_steps": TOTAL_STEPS, "save_every": 2, "keep_checkpoints": 2, "eval_steps": [3], "eval_every": 4,
+        "verifier_workers": 1,
+    }
+    path = root / "cell.json"
+    path.write_text(json.dumps(cell))
+    return path
+
+
+def train_command(cell: Path, workdir: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "balagg", "train", "--cell", str(cell), "--workdir", str(workdir), "--out", str(out)]
+
+
+def comparable(rows):
+    return [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS} for row in rows]
+
+
+@pytest.fixture(scope="module")
+def reference_run(cell_file, tmp_path_factory):
+    """One uninterrupted CLI run, logging to a sqlite MLflow store."""
+    root = tmp_path_factory.mktemp("reference")
+    data = json.loads(cell_file.read_text())
+    data["mlflow_tracking_uri"] = f"sqlite:///{root / 'mlflow.db'}"
+    cell = root / "cell.json"
+    cell.write_text(json.dumps(data))
+    result = subprocess.run(train_command(cell, root / "train", root / "manifest.json"),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root
+
+
+@pytest.mark.slow
+def test_cli_trains_a_cell_end_to_end(reference_run):
+    workdir = reference_run / "train"
+    rows = read_metrics(workdir / "metrics.jsonl")
+    assert [row["step"] for row in rows] == list(range(1, TOTAL_STEPS + 1))
+    for key in REQUIRED_KEYS:
+        assert key in rows[0], key
+    assert all(row["pg_loss"] is not None and row["grad_norm"] > 0 for row in rows)
+    assert all(0 <= row["accuracy"] <= 1 and row["len_mean"] > 0 for row in rows)
+    # balanced-agg gives each mixed group total token weight 1 and a group without signal 0
+    assert all(row["token_weight_sum"] == pytest.approx(row["mixed_group_frac"]) for row in rows)
+
+    manifest = json.loads((reference_run / "manifest.json").read_text())
+    steps = [c["step"] for c in manifest["checkpoints"]]
+    assert steps == [0, 3, 4, 8]
+    from balagg.tinyworld.model import load_checkpoint
+
+    model, tokenizer = load_checkpoint(manifest["checkpoints"][-1]["path"])
+    assert tokenizer.decode(tokenizer("1+2=")["input_ids"]) == "1+2="
+    assert manifest["final_metrics"]["step"] == TOTAL_STEPS
+    assert manifest["config_hash"] == CellConfig.load(reference_run / "cell.json").config_hash()
+    assert manifest["versions"]["trl"] == "1.16.0"
+    assert manifest["aggregator"] == "balanced-agg" and manifest["scope"] == "group"
+    # resumable checkpoints are pruned to keep_checkpoints
+    assert sorted(p.name for p in (workdir / "state").glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
+
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{reference_run / 'mlflow.db'}")
+    run = client.get_run(manifest["mlflow_run_id"])
+    assert run.data.tags["aggregator"] == "balanced-agg" and run.data.tags["seed"] == "7"
+    assert run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "len_mean")
+    assert sorted(m.step for m in history) == list(range(1, TOTAL_STEPS + 1))
+
+
+@pytest.mark.slow
+def test_same_seed_gives_identical_metrics(reference_run, cell_file, tmp_path):
+    from balagg.train.run import run_cell
+
+    run_cell(CellConfig.load(cell_file), tmp_path / "train", tmp_path / "manifest.json")
+    again = read_metrics(tmp_path / "train" / "metrics.jsonl")
+    reference = read_metrics(reference_run / "train" / "metrics.jsonl")
+    assert comparable(again) == comparable(reference)
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_matches_uninterrupted_run(reference_run, cell_file, tmp_path):
+    workdir, manifest = tmp_path / "train", tmp_path / "manifest.json"
+    process = subprocess.Popen(train_command(cell_file, workdir, manifest), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    try:
+        while len(read_metrics(workdir / "metrics.jsonl")) < 3:  # past checkpoint-2, inside the next cycle
+            assert process.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "the run made no progress"
+            time.sleep(0.01)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert not manifest.exists()
+    assert len(read_metrics(workdir / "metrics.jsonl")) < TOTAL_STEPS
+
+    result = subprocess.run(train_command(cell_file, workdir, manifest), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from" in (workdir / "train.log").read_text()
+    resumed = read_metrics(workdir / "metrics.jsonl")
+    reference = read_metrics(reference_run / "train" / "metrics.jsonl")
+    assert comparable(resumed) == comparable(reference)
+    assert json.loads(manifest.read_text())["final_metrics"]["step"] == TOTAL_STEPS

@@ -77,3 +77,52 @@ def train_metrics(steps: range, pg_loss: Callable[[int], float], len_cv: float, 
                   len_mean: float = 200.0) -> list[dict]:
     return [{"step": s, "pg_loss": pg_loss(s), "len_cv": len_cv, "len_gap": len_gap, "len_mean": len_mean,
              "reward_mean": 0.5} for s in steps]
+
+
+# The paper-like test campaign: known six-benchmark means and training metrics.
+AGGREGATORS = ("seq-agg", "token-agg", "balanced-agg")
+STEPS = (0, 10, 20, 30)
+# (dataset "dapo", model "qwen-a"): per aggregator and seed, the six-benchmark mean (acc@8, best@8) per step.
+DAPO = {
+    "seq-agg": {0: ([.20, .30, .34, .32], [.30, .40, .45, .47]),
+                1: ([.20, .32, .38, .30], [.30, .42, .45, .45])},
+    "token-agg": {0: ([.20, .36, .33, .28], [.30, .49, .43, .40]),
+                  1: ([.20, .34, .33, .28], [.30, .47, .43, .40])},
+    "balanced-agg": {0: ([.20, .33, .37, .36], [.30, .43, .48, .47]),
+                     1: ([.20, .35, .39, .34], [.30, .43, .46, .47])},
+}
+# Seed means: seq acc [.20 .31 .36 .31] best [.30 .41 .45 .46]; token acc [.20 .35 .33 .28] best [.30 .48 .43 .40];
+# balanced acc [.20 .34 .38 .35] best [.30 .43 .47 .47] (tie: the first step, 20, is the peak's step).
+
+
+def polaris_means(aggregator: str, seed: int) -> dict[int, tuple[float, float]]:
+    rank = AGGREGATORS.index(aggregator)
+    return {s: (0.1 + 0.001 * s + 0.01 * rank + 0.001 * seed, 0.2 + 0.001 * s + 0.01 * rank) for s in STEPS}
+
+
+def default_metrics(dataset: str, aggregator: str, seed: int) -> list[dict]:
+    """30 logged steps. pg_loss: token-agg drifts to -0.02 * step on average over its seeds
+    (-0.01 * step in seed 0, -0.03 * step in seed 1), the others stay at 0. Lengths: dapo has a large
+    relative pos-neg gap (100 / 200) and low CV (0.3); polaris a small gap (10 / 200) and high CV (0.8)."""
+    slope = -0.01 * (1 + 2 * seed) if aggregator == "token-agg" else 0.0
+    cv, gap = (0.3, 100.0) if dataset == "dapo" else (0.8, 10.0)
+    return train_metrics(range(1, 31), lambda s: slope * s, cv, gap)
+
+
+def make_campaign(root, skip=(), summary_seeds=(1,), metrics=default_metrics):
+    """The grid qwen-a x {dapo, polaris} x 3 aggregators x seeds {0, 1}; ``skip``: (dataset, aggregator,
+    seed) cells left out; seeds in ``summary_seeds`` have eval/step-*/summary.json instead of curve.csv."""
+    for aggregator in AGGREGATORS:
+        for seed in (0, 1):
+            for dataset in ("dapo", "polaris"):
+                if (dataset, aggregator, seed) in skip:
+                    continue
+                if dataset == "dapo":
+                    acc, best = DAPO[aggregator][seed]
+                    means = {s: (a, b) for s, a, b in zip(STEPS, acc, best)}
+                else:
+                    means = polaris_means(aggregator, seed)
+                write_cell(root, "qwen-a", dataset, aggregator, seed, means,
+                           metrics(dataset, aggregator, seed),
+                           layout="summary" if seed in summary_seeds else "curve")
+    return root

@@ -4,7 +4,8 @@
 
 Writes ``table1.csv`` (full precision, the step of each peak, seed spread, notes), ``table1.md`` and
 ``table1.tex`` (the best value of each column within a (dataset, model) in bold). Peak = maximum over
-evaluated checkpoints of the seed-mean curve; last = the seed-mean at the setting's final step; with
+evaluated checkpoints after step 0 (the untrained model; its value is the CSV's ``step0_*``) of the
+seed-mean curve; last = the seed-mean at the setting's final step; with
 several seeds the cells read mean ± sample standard deviation. Cells that cannot be computed honestly
 (failed or missing runs, final checkpoint not evaluated) are blank, marked and explained in notes.
 
@@ -113,7 +114,7 @@ def _notes(table: pd.DataFrame) -> dict[int, int]:
 def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFrame | None = None) -> str:
     bold, notes = best_mask(table), _notes(table)
     lines = [f"# Table 1: {campaign_name}", "",
-             "Six-benchmark means. Peak: maximum over evaluated checkpoints (step in table1.csv); last: final "
+             "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); last: final "
              "step. Mean ± sample std over seeds where there are several. Bold: best per (dataset, model). "
              f"{GAP}: no honest value (see notes).", "",
              "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",

@@ -128,3 +128,18 @@ def test_manifest_checkpoint_steps_count_as_expected(tmp_path):
     (cell / "manifest.json").write_text(json.dumps({"checkpoints": [{"step": 10, "path": "x"}, {"step": 40}]}))
     campaign = load_campaign(tmp_path)
     assert kinds(campaign) == [("missing-checkpoint", "m/d/seq-agg/seed0", 40)]
+
+
+def test_the_untrained_step_0_is_a_baseline_not_a_peak(tmp_path):
+    write_cell(tmp_path, "m", "d", "seq-agg", 0, {0: (.6, .7), 10: (.3, .4), 20: (.2, .5)}, ROWS)
+    row = peak_and_last(load_campaign(tmp_path)).iloc[0]
+    assert row["peak_acc@8"] == pytest.approx(.3) and row["peak_acc@8_step"] == 10
+    assert row["peak_best@8"] == pytest.approx(.5) and row["peak_best@8_step"] == 20
+    assert row["step0_acc@8"] == pytest.approx(.6) and row["last_acc@8"] == pytest.approx(.2)
+
+
+def test_seeds_sharing_no_step_give_a_blank_row_not_an_error(tmp_path):
+    write_cell(tmp_path, "m", "d", "seq-agg", 0, {10: (.3, .4)}, ROWS)
+    write_cell(tmp_path, "m", "d", "seq-agg", 1, {20: (.5, .6)}, ROWS)
+    row = peak_and_last(load_campaign(tmp_path)).iloc[0]
+    assert row["peak_acc@8"] != row["peak_acc@8"] and "no step evaluated in every seed" in row["note"]

@@ -3,7 +3,9 @@
 Over seeds, a group (model, dataset, aggregator) is summarised by its *seed-mean curve*: at each step
 evaluated in every usable seed, the mean (and sample standard deviation) over seeds. Then
 
-    peak  = max over those steps of the seed-mean curve, with the first step reaching it;
+    peak  = max over those steps after step 0 (the untrained model, shared by every aggregator) of
+            the seed-mean curve, with the first step reaching it; step 0 counts only when it is the
+            only step evaluated; its value, if evaluated, is the ``step0_*`` column;
     last  = the seed-mean curve at the setting's final step (the last checkpoint step of any cell of
             the same model and dataset).
 
@@ -27,7 +29,8 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "dataset", "model", "aggregator", "benchmark", "n_seeds", "n_seeds_grid",
     "peak_acc@8", "peak_acc@8_std", "peak_acc@8_step",
     "peak_best@8", "peak_best@8_std", "peak_best@8_step",
-    "last_step", "last_acc@8", "last_acc@8_std", "last_best@8", "last_best@8_std", "note",
+    "last_step", "last_acc@8", "last_acc@8_std", "last_best@8", "last_best@8_std",
+    "step0_acc@8", "step0_best@8", "note",
 )
 
 
@@ -65,13 +68,20 @@ def _group_summary(campaign: Campaign, model: str, dataset: str, aggregator: str
     if partial:
         notes.append(f"steps {partial} not evaluated in every seed, left out")
 
+    if complete.empty:
+        notes.append("no step evaluated in every seed")
+        row["note"] = "; ".join(notes)
+        return row
+    trained = [step for step in complete if step > 0] or list(complete)
     for metric in METRICS:
-        table = per_seed[metric].loc[complete]
+        table = per_seed[metric].loc[trained]
         mean = table.mean(axis=1)
         peak_step = int(mean.idxmax())
         row[f"peak_{metric}"] = float(mean.loc[peak_step])
         row[f"peak_{metric}_std"] = _std(table.loc[peak_step])
         row[f"peak_{metric}_step"] = peak_step
+        if 0 in complete:
+            row[f"step0_{metric}"] = float(per_seed[metric].loc[0].mean())
 
     final = _setting_final_step(campaign, model, dataset)
     row["last_step"] = final

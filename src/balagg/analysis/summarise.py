@@ -127,15 +127,16 @@ def train_curves(campaign: Campaign, metric: str, models: tuple[str, ...] | None
         raise ValueError(f"metric {metric!r} is in no train/metrics.jsonl of {campaign.root}")
     if models is not None:
         train = train[train.model.isin(models)]
-    rows = []
+    columns = ["model", "dataset", "aggregator", "step", "mean", "std", "n_seeds"]
+    parts = []
     for (model, dataset, aggregator), frame in train.groupby(["model", "dataset", "aggregator"], sort=False):
         table = frame.pivot(index="step", columns="seed", values=metric).dropna(axis=1, how="all").dropna()
         if table.empty:
             continue
-        for step, values in table.iterrows():
-            rows.append({"model": model, "dataset": dataset, "aggregator": aggregator, "step": int(step),
-                         "mean": float(values.mean()), "std": _std(values), "n_seeds": int(values.count())})
-    return pd.DataFrame(rows, columns=["model", "dataset", "aggregator", "step", "mean", "std", "n_seeds"])
+        parts.append(pd.DataFrame({"model": model, "dataset": dataset, "aggregator": aggregator,
+                                   "step": table.index.astype(int), "mean": table.mean(axis=1).to_numpy(),
+                                   "std": table.std(axis=1, ddof=1).to_numpy(), "n_seeds": table.shape[1]}))
+    return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
 def smooth(values: np.ndarray | pd.Series, window: int) -> np.ndarray:

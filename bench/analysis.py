@@ -1,0 +1,72 @@
+"""Benchmark: time to load a paper-sized campaign and build Table 1 and Figures 1-3 from it.
+
+A synthetic campaign the size of the paper's grid (2 models x 2 datasets x 3 aggregators x 3 seeds,
+50 evaluated checkpoints of 6 benchmarks, 1000 logged training steps per cell), written to a temporary
+folder in the docs/files.md layout; prints the seconds each stage takes.
+
+    python bench/analysis.py [--seeds 3] [--checkpoints 50] [--steps 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from analysis_fixtures import load_script, train_metrics, write_cell  # noqa: E402
+
+from balagg.analysis import load_campaign  # noqa: E402
+
+
+def build(root: Path, seeds: int, checkpoints: int, steps: int) -> int:
+    every = max(1, steps // checkpoints)
+    cells = 0
+    for model in ("Qwen2.5-Math-7B", "Qwen3-1.7B"):
+        for dataset in ("DAPO-17k", "Polaris"):
+            for rank, aggregator in enumerate(("seq-agg", "token-agg", "balanced-agg")):
+                for seed in range(seeds):
+                    means = {s: (0.2 + 0.1 * s / steps + 0.01 * rank, 0.3 + 0.1 * s / steps)
+                             for s in range(0, steps + 1, every)}
+                    write_cell(root, model, dataset, aggregator, seed, means,
+                               train_metrics(range(1, steps + 1), lambda s: -1e-5 * s * rank, 0.6, 40.0))
+                    cells += 1
+    return cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--checkpoints", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=1000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder) / "bench"
+        start = time.perf_counter()
+        cells = build(root, args.seeds, args.checkpoints, args.steps)
+        print(f"wrote {cells} cells in {time.perf_counter() - start:.1f} s")
+        timings = {}
+        start = time.perf_counter()
+        campaign = load_campaign(root)
+        timings["load_campaign"] = time.perf_counter() - start
+        assert not campaign.problems, campaign.problem_report()
+        table1 = load_script("table1")
+        start = time.perf_counter()
+        table1.build_table(campaign)
+        timings["table1.build_table"] = time.perf_counter() - start
+        for name in ("figure1", "figure2", "figure3"):
+            module = load_script(name)
+            start = time.perf_counter()
+            module.make_figure(campaign).savefig(Path(folder) / f"{name}.png")
+            timings[f"{name} (make + png)"] = time.perf_counter() - start
+        for stage, seconds in timings.items():
+            print(f"{stage:<24} {seconds:7.2f} s")
+        print(f"{len(campaign.evals)} evaluation rows, {len(campaign.train)} training rows")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,11 @@
+"""Analysis of a campaign's result files: Table 1, Figures 1-3 and the length diagnosis.
+
+``campaign`` loads the per-cell files of docs/files.md and records every gap; ``summarise`` computes
+seed means, peaks and last steps; ``outputs`` holds what the scripts in ``analysis/`` share.
+"""
+
+from balagg.analysis.campaign import BENCHMARKS, MEAN, Campaign, CellKey, Problem, load_campaign
+from balagg.analysis.summarise import peak_and_last, smooth, train_curves
+
+__all__ = ["BENCHMARKS", "MEAN", "Campaign", "CellKey", "Problem", "load_campaign", "peak_and_last", "smooth",
+           "train_curves"]

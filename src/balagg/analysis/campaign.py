@@ -1,0 +1,395 @@
+"""Load a campaign's per-cell result files (docs/files.md) into tidy tables, reporting every gap.
+
+A cell is ``results/{campaign}/{model}/{dataset}/{aggregator}/seed{seed}/``. From each cell this reads
+
+- evaluations: ``eval/curve.csv`` (all steps in one table) plus any ``eval/step-*/summary.json`` whose
+  step the curve lacks;
+- training metrics: ``train/metrics.jsonl`` (one JSON object per optimiser step);
+- the steps that *should* have been evaluated: the ``train/checkpoints/step-*`` and ``eval/step-*``
+  folders and the checkpoint steps listed in ``manifest.json``.
+
+Nothing is silently dropped or averaged over less than it claims: a step that lacks a summary or any of
+the campaign's benchmarks is left out of ``evals`` and recorded as a :class:`Problem`; a cell without any
+evaluation is a ``failed-cell`` problem; a (model, dataset, aggregator, seed) of the grid with no folder
+is a ``missing-cell`` problem. Downstream code turns problems into explicitly marked gaps.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = [
+    "BENCHMARKS",
+    "MEAN",
+    "METRICS",
+    "CellKey",
+    "Cell",
+    "Problem",
+    "Campaign",
+    "load_campaign",
+    "cell_key_from_path",
+]
+
+BENCHMARKS: tuple[str, ...] = ("math500", "aime24", "aime25", "olympiadbench", "minerva", "livecodebench")
+"""Benchmark keys in the paper's order (docs/files.md); other keys sort after these."""
+
+MEAN = "mean"
+"""The pseudo-benchmark holding the six-benchmark mean in ``curve.csv`` and ``summary.json``."""
+
+METRICS: tuple[str, ...] = ("acc@8", "best@8")
+
+_NON_CELL_TOP_DIRS = frozenset({"analysis", "data", "logs", "aggregation", "mlflow", "benchmarks"})
+_SEED_DIR = re.compile(r"^seed(\d+)$")
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_CURVE_COLUMNS = ("step", "benchmark", "acc@8", "best@8")
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    """One grid cell's coordinates (the folder names of its path)."""
+
+    model: str
+    dataset: str
+    aggregator: str
+    seed: int
+
+    @property
+    def relpath(self) -> str:
+        return f"{self.model}/{self.dataset}/{self.aggregator}/seed{self.seed}"
+
+    def __str__(self) -> str:
+        return self.relpath
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something missing or broken in the campaign, with the cell and step it concerns.
+
+    ``kind`` is one of ``missing-cell``, ``failed-cell``, ``missing-checkpoint``, ``incomplete-step``,
+    ``no-train-metrics``, ``unfinished-training``, ``bad-file``, ``seed-mismatch``.
+    """
+
+    kind: str
+    message: str
+    cell: CellKey | None = None
+    step: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.cell}" if self.cell else "campaign"
+        if self.step is not None:
+            where += f" step {self.step}"
+        return f"[{self.kind}] {where}: {self.message}"
+
+
+@dataclass
+class Cell:
+    """What was found in one cell folder."""
+
+    key: CellKey
+    path: Path
+    expected_steps: set[int] = field(default_factory=set)
+    evaluated_steps: set[int] = field(default_factory=set)
+    has_manifest: bool = False
+    has_train_metrics: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return not self.evaluated_steps
+
+    @property
+    def final_step(self) -> int | None:
+        """The last step that should have been evaluated (``None`` when nothing is known)."""
+        steps = self.expected_steps | self.evaluated_steps
+        return max(steps) if steps else None
+
+
+@dataclass
+class Campaign:
+    """A campaign's results as tidy tables.
+
+    ``evals``: one row per (cell, complete step, benchmark incl. ``mean``) with columns
+    ``model, dataset, aggregator, seed, step, benchmark, acc@8, best@8``; only steps where every
+    campaign benchmark and the mean are present. ``train``: one row per (cell, logged step) with
+    ``model, dataset, aggregator, seed, step`` and every numeric metric of ``metrics.jsonl``.
+    ``grid``: the cells the campaign should hold; ``cells``: those with a folder.
+    """
+
+    root: Path
+    grid: tuple[CellKey, ...]
+    cells: dict[CellKey, Cell]
+    evals: pd.DataFrame
+    train: pd.DataFrame
+    benchmarks: tuple[str, ...]
+    problems: list[Problem]
+    models: tuple[str, ...]
+    datasets: tuple[str, ...]
+    aggregators: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    def settings(self) -> list[tuple[str, str]]:
+        """The (model, dataset) training settings of the grid, in display order."""
+        return [(m, d) for m in self.models for d in self.datasets]
+
+    def group_keys(self, model: str, dataset: str, aggregator: str) -> list[CellKey]:
+        """The grid's cells (seeds) of one (model, dataset, aggregator), found or not."""
+        return [k for k in self.grid if (k.model, k.dataset, k.aggregator) == (model, dataset, aggregator)]
+
+    def problems_for(self, model: str, dataset: str, aggregator: str | None = None) -> list[Problem]:
+        return [p for p in self.problems if p.cell is not None and p.cell.model == model
+                and p.cell.dataset == dataset and (aggregator is None or p.cell.aggregator == aggregator)]
+
+    def problem_report(self) -> str:
+        """All problems, one per line (empty string when the campaign is complete)."""
+        return "\n".join(str(p) for p in self.problems)
+
+
+def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
+    """Aggregators in the order of :data:`balagg.aggregation.RULES` (unknown names last, sorted)."""
+    from balagg.aggregation import RULES, canonical_rule
+
+    def rank(name: str) -> tuple[int, str]:
+        try:
+            return (RULES.index(canonical_rule(name)), name)
+        except ValueError:
+            return (len(RULES), name)
+
+    return tuple(sorted(set(names), key=rank))
+
+
+def benchmark_order(names: Iterable[str]) -> tuple[str, ...]:
+    known = [b for b in BENCHMARKS if b in set(names)]
+    return tuple(known + sorted(set(names) - set(BENCHMARKS) - {MEAN}))
+
+
+def cell_key_from_path(campaign_dir: Path, path: Path) -> CellKey:
+    """The cell a path belongs to: ``{model}/{dataset}/{aggregator}/seed{N}`` right under the campaign."""
+    try:
+        parts = Path(path).resolve().relative_to(Path(campaign_dir).resolve()).parts
+    except ValueError:
+        raise ValueError(f"{path} is not inside campaign folder {campaign_dir}") from None
+    match = _SEED_DIR.match(parts[3]) if len(parts) >= 4 else None
+    if not match:
+        raise ValueError(f"{path} is not inside a cell folder {{model}}/{{dataset}}/{{aggregator}}/seed{{N}} "
+                         f"of {campaign_dir}")
+    return CellKey(parts[0], parts[1], parts[2], int(match.group(1)))
+
+
+def discover_cells(campaign_dir: Path) -> list[CellKey]:
+    """Every ``{model}/{dataset}/{aggregator}/seed{N}`` folder under ``campaign_dir``."""
+    keys = []
+    for seed_dir in Path(campaign_dir).glob("*/*/*/seed*"):
+        if seed_dir.is_dir() and _SEED_DIR.match(seed_dir.name) and seed_dir.parts[-4] not in _NON_CELL_TOP_DIRS:
+            keys.append(cell_key_from_path(campaign_dir, seed_dir))
+    return sorted(keys)
+
+
+def _step_dirs(folder: Path) -> dict[int, Path]:
+    if not folder.is_dir():
+        return {}
+    return {int(m.group(1)): p for p in folder.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))}
+
+
+def _manifest_steps(manifest: dict) -> set[int]:
+    """Checkpoint steps listed in ``manifest.json``.
+
+    Accepted shapes of ``checkpoints``: a list of steps, a list of objects with a ``step`` key, or an
+    object keyed by step; also a top-level ``checkpoint_steps`` list.
+    """
+    steps: set[int] = set()
+    listed = manifest.get("checkpoints", [])
+    if isinstance(listed, dict):
+        listed = list(listed.keys())
+    for item in listed if isinstance(listed, list) else []:
+        value = item.get("step") if isinstance(item, dict) else item
+        try:
+            steps.add(int(value))
+        except (TypeError, ValueError):
+            continue
+    for value in manifest.get("checkpoint_steps", []) or []:
+        steps.add(int(value))
+    return steps
+
+
+def _finite(value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def _read_curve(path: Path) -> list[dict]:
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in _CURVE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing columns {missing} (docs/files.md: {','.join(_CURVE_COLUMNS)},...)")
+        return [{"step": int(row["step"]), "benchmark": row["benchmark"],
+                 "acc@8": _finite(row["acc@8"]), "best@8": _finite(row["best@8"])} for row in reader]
+
+
+def _read_summary(path: Path) -> list[dict]:
+    summary = json.loads(path.read_text())
+    step = int(summary["step"])
+    rows = [{"step": step, "benchmark": name, "acc@8": _finite(values.get("acc@8")),
+             "best@8": _finite(values.get("best@8"))} for name, values in summary.get("benchmarks", {}).items()]
+    if "mean" in summary:
+        rows.append({"step": step, "benchmark": MEAN, "acc@8": _finite(summary["mean"].get("acc@8")),
+                     "best@8": _finite(summary["mean"].get("best@8"))})
+    return rows
+
+
+def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dict]:
+    rows, bad = [], 0
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            step = int(record["step"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            bad += 1
+            continue
+        row = {name: float(v) for name, v in record.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and name != "step"}
+        rows.append({"step": step, **row})
+    if bad:
+        problems.append(Problem("bad-file", f"{path}: skipped {bad} unreadable line(s)", key))
+    return rows
+
+
+def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
+    """Rows of one cell's curve and summaries, keyed by step (curve.csv wins for steps it has)."""
+    eval_dir = cell.path / "eval"
+    rows: list[dict] = []
+    curve = eval_dir / "curve.csv"
+    if curve.is_file():
+        try:
+            rows = _read_curve(curve)
+        except (ValueError, KeyError) as error:
+            problems.append(Problem("bad-file", str(error), cell.key))
+    in_curve = {r["step"] for r in rows}
+    for step, folder in sorted(_step_dirs(eval_dir).items()):
+        summary = folder / "summary.json"
+        if step in in_curve or not summary.is_file():
+            continue
+        try:
+            rows.extend(_read_summary(summary))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as error:
+            problems.append(Problem("bad-file", f"{summary}: unreadable ({error})", cell.key, step))
+    return rows
+
+
+def _scan_cell(key: CellKey, path: Path, problems: list[Problem]) -> tuple[Cell, list[dict], list[dict]]:
+    cell = Cell(key, path)
+    cell.expected_steps |= set(_step_dirs(path / "train" / "checkpoints"))
+    cell.expected_steps |= set(_step_dirs(path / "eval"))
+    manifest = path / "manifest.json"
+    if manifest.is_file():
+        cell.has_manifest = True
+        try:
+            cell.expected_steps |= _manifest_steps(json.loads(manifest.read_text()))
+        except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as error:
+            problems.append(Problem("bad-file", f"{manifest}: unreadable ({error})", key))
+    eval_rows = _load_cell_evals(cell, problems)
+    metrics_path = path / "train" / "metrics.jsonl"
+    train_rows = _read_metrics(metrics_path, key, problems) if metrics_path.is_file() else []
+    cell.has_train_metrics = bool(train_rows)
+    if not train_rows:
+        problems.append(Problem("no-train-metrics", "train/metrics.jsonl missing or empty", key))
+    return cell, eval_rows, train_rows
+
+
+def _complete_steps(cell: Cell, rows: list[dict], benchmarks: Sequence[str],
+                    problems: list[Problem]) -> list[dict]:
+    """Keep the rows of steps holding every benchmark and the mean with finite values; report the rest."""
+    by_step: dict[int, dict[str, dict]] = {}
+    for row in rows:
+        by_step.setdefault(row["step"], {})[row["benchmark"]] = row
+    kept = []
+    for step in sorted(by_step):
+        present = by_step[step]
+        lacking = [b for b in (*benchmarks, MEAN)
+                   if b not in present or not all(math.isfinite(present[b][m]) for m in METRICS)]
+        if lacking:
+            problems.append(Problem("incomplete-step", f"evaluation lacks {', '.join(lacking)}; step left out",
+                                    cell.key, step))
+            continue
+        kept.extend(present[b] for b in (*benchmarks, MEAN))
+        cell.evaluated_steps.add(step)
+    for step in sorted(cell.expected_steps - set(by_step)):
+        problems.append(Problem("missing-checkpoint", "checkpoint or eval folder exists but no evaluation summary",
+                                cell.key, step))
+    return kept
+
+
+def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None = None) -> Campaign:
+    """Read a campaign folder.
+
+    ``cells``: paths inside (or equal to) the cell folders that make up the grid, e.g. the curve files a
+    workflow rule receives; default: every cell folder found. The grid is the given cells, or the
+    product of the discovered models, datasets, aggregators and seeds; grid cells without a folder are
+    ``missing-cell`` problems. Raises ``ValueError`` when the folder holds no cell at all.
+    """
+    root = Path(campaign_dir)
+    if not root.is_dir():
+        raise ValueError(f"campaign folder {root} does not exist")
+    if cells is not None:
+        grid = sorted({cell_key_from_path(root, Path(p)) for p in cells})
+        found = [k for k in grid if (root / k.relpath).is_dir()]
+    else:
+        found = discover_cells(root)
+        grid = sorted(CellKey(m, d, a, s) for m in {k.model for k in found} for d in {k.dataset for k in found}
+                      for a in {k.aggregator for k in found} for s in {k.seed for k in found})
+    if not found:
+        raise ValueError(f"no cell folders {{model}}/{{dataset}}/{{aggregator}}/seed{{N}} under {root}")
+
+    problems: list[Problem] = [Problem("missing-cell", "no cell folder", key) for key in grid if key not in set(found)]
+    scanned = {key: _scan_cell(key, root / key.relpath, problems) for key in found}
+    benchmarks = benchmark_order({r["benchmark"] for _, rows, _ in scanned.values() for r in rows})
+
+    eval_rows, train_rows, cell_map = [], [], {}
+    for key, (cell, rows, metrics) in scanned.items():
+        coords = {"model": key.model, "dataset": key.dataset, "aggregator": key.aggregator, "seed": key.seed}
+        eval_rows.extend({**coords, **row} for row in _complete_steps(cell, rows, benchmarks, problems))
+        train_rows.extend({**coords, **row} for row in metrics)
+        if cell.failed:
+            state = "training unfinished (no manifest.json)" if not cell.has_manifest else "training finished"
+            problems.append(Problem("failed-cell", f"no complete evaluation in eval/ ({state})", key))
+        elif not cell.has_manifest:
+            problems.append(Problem("unfinished-training", "no manifest.json: training may not have finished, "
+                                    "so its last evaluated step may not be the last step", key))
+        cell_map[key] = cell
+
+    coord_columns = ["model", "dataset", "aggregator", "seed"]
+    evals = pd.DataFrame(eval_rows, columns=[*coord_columns, "step", "benchmark", *METRICS])
+    train = pd.DataFrame(train_rows)
+    if train.empty:
+        train = pd.DataFrame(columns=[*coord_columns, "step"])
+    train = train.sort_values([*coord_columns, "step"]).drop_duplicates([*coord_columns, "step"], keep="last")
+    problems.sort(key=lambda p: (p.cell or CellKey("", "", "", -1), p.step if p.step is not None else -1, p.kind))
+    return Campaign(
+        root=root,
+        grid=tuple(grid),
+        cells=cell_map,
+        evals=evals.sort_values([*coord_columns, "step"]).reset_index(drop=True),
+        train=train.reset_index(drop=True),
+        benchmarks=benchmarks,
+        problems=problems,
+        models=tuple(sorted({k.model for k in grid})),
+        datasets=tuple(sorted({k.dataset for k in grid})),
+        aggregators=aggregator_order(k.aggregator for k in grid),
+        seeds=tuple(sorted({k.seed for k in grid})),
+    )

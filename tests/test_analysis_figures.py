@@ -1,0 +1,125 @@
+"""Figures 1-3 inspected through matplotlib's objects: series, labels, axes, values and marked gaps."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from analysis_fixtures import AGGREGATORS, BENCHMARKS, REPO, STEPS, load_script, make_campaign, train_metrics, write_cell
+from balagg.analysis import load_campaign
+
+figure1, figure2, figure3 = (load_script(name) for name in ("figure1", "figure2", "figure3"))
+
+
+def lines(ax, gid: str) -> list:
+    return [line for line in ax.get_lines() if line.get_gid() == gid]
+
+
+def texts(figure_or_ax, gid: str) -> list[str]:
+    return [t.get_text() for t in figure_or_ax.findobj(lambda a: hasattr(a, "get_text") and a.get_gid() == gid)]
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    return load_campaign(make_campaign(tmp_path_factory.mktemp("camp") / "camp"))
+
+
+def test_figure1_has_a_solid_and_a_dashed_bar_per_aggregator_and_benchmark(campaign):
+    figure = figure1.make_figure(campaign)
+    (ax,) = figure.axes
+    assert [c.get_label() for c in ax.containers] == [
+        f"{a} {kind}" for a in AGGREGATORS for kind in ("peak", "last step")]
+    assert all(len(c.patches) == len(BENCHMARKS) for c in ax.containers)
+    peak, last = ax.containers[4], ax.containers[5]  # balanced-agg
+    assert all(p.get_fill() for p in peak.patches)
+    assert not any(p.get_fill() for p in last.patches) and all(p.get_linestyle() == "--" for p in last.patches)
+    assert [t.get_text() for t in ax.get_xticklabels()] == list(BENCHMARKS)
+    assert ax.get_ylabel() == "Acc@8"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [c.get_label() for c in ax.containers]
+    # math500 = six-benchmark mean - 0.05. balanced-agg peak: dapo 0.38 (step 20), polaris 0.1505 (step 30);
+    # last: dapo 0.35, polaris 0.1505; the bar is the mean over the two settings.
+    assert peak.patches[0].get_height() == pytest.approx((0.33 + 0.1005) / 2)
+    assert last.patches[0].get_height() == pytest.approx((0.30 + 0.1005) / 2)
+    assert texts(figure, "gap") == []
+    assert "averaged over 2 training setting(s): qwen-a on dapo, qwen-a on polaris" in texts(figure, "caption")[0]
+
+
+def test_figure1_marks_bars_averaged_over_fewer_settings(tmp_path):
+    root = make_campaign(tmp_path / "camp", skip={("polaris", "token-agg", 0), ("polaris", "token-agg", 1)})
+    figure = figure1.make_figure(load_campaign(root))
+    assert texts(figure, "gap") == ["*"] * (2 * len(BENCHMARKS))
+    caption = texts(figure, "caption")[0]
+    assert "token-agg peak (all benchmarks): no value from qwen-a/polaris" in caption
+    assert "token-agg last-step (all benchmarks): no value from qwen-a/polaris" in caption
+    token_peak = figure.axes[0].containers[2]
+    assert token_peak.patches[0].get_height() == pytest.approx(0.35 - 0.05)  # dapo alone, and said so
+
+
+def test_figure2_one_panel_per_dataset_smoothed_lines_over_faint_raw(campaign):
+    figure = figure2.make_figure(campaign, smoothing=3)
+    assert len(figure.axes) == 2
+    for ax, dataset in zip(figure.axes, ("dapo", "polaris")):
+        assert ax.get_title() == f"qwen-a on {dataset}"
+        assert ax.get_xlabel() == "training step" and ax.get_ylabel() == "policy-gradient loss"
+        assert [line.get_label() for line in lines(ax, "smoothed")] == list(AGGREGATORS)
+        assert len(lines(ax, "raw")) == 3 and all(line.get_alpha() < 0.5 for line in lines(ax, "raw"))
+        assert len(lines(ax, "zero")) == 1
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == list(AGGREGATORS)
+    token_raw, token_smoothed = lines(figure.axes[0], "raw")[1], lines(figure.axes[0], "smoothed")[1]
+    steps = np.arange(1, 31)
+    np.testing.assert_allclose(token_raw.get_xdata(), steps)
+    np.testing.assert_allclose(token_raw.get_ydata(), -0.02 * steps)  # mean of seeds' -0.01 s and -0.03 s
+    smoothed = token_smoothed.get_ydata()
+    np.testing.assert_allclose(smoothed[1:-1], -0.02 * steps[1:-1])  # a centred mean of a line is the line
+    assert smoothed[0] == pytest.approx(-0.02 * 1.5) and smoothed[-1] == pytest.approx(-0.02 * 29.5)
+    assert "centred moving average over 3 logged steps" in texts(figure, "caption")[0]
+
+
+def test_figure2_without_smoothing_draws_no_raw_lines_and_refuses_unknown_models(campaign):
+    figure = figure2.make_figure(campaign, smoothing=1)
+    assert all(len(lines(ax, "raw")) == 0 and len(lines(ax, "smoothed")) == 3 for ax in figure.axes)
+    assert "unsmoothed" in texts(figure, "caption")[0]
+    with pytest.raises(ValueError, match="model 'gpt' is not in campaign"):
+        figure2.make_figure(campaign, model="gpt")
+
+
+def test_figure2_says_which_aggregator_has_no_data(tmp_path):
+    root = make_campaign(tmp_path / "camp", skip={("polaris", "token-agg", 0), ("polaris", "token-agg", 1)})
+    figure = figure2.make_figure(load_campaign(root))
+    assert texts(figure.axes[0], "missing") == []
+    assert texts(figure.axes[1], "missing") == ["no data: token-agg"]
+    assert len(lines(figure.axes[1], "smoothed")) == 2
+
+
+def test_figure3_rows_cv_and_gap_one_column_per_setting_one_line_per_aggregator(tmp_path):
+    root = tmp_path / "camp"
+    for model, cv in (("m1", 0.4), ("m2", 0.9)):
+        for dataset in ("d1", "d2"):
+            for aggregator in AGGREGATORS:
+                write_cell(root, model, dataset, aggregator, 0, {s: (0.1, 0.2) for s in STEPS},
+                           train_metrics(range(1, 11), float, cv, 5.0 if dataset == "d1" else 50.0))
+    figure = figure3.make_figure(load_campaign(root))
+    axes = np.array(figure.axes).reshape(2, 4)
+    assert [ax.get_title() for ax in axes[0]] == ["m1 on d1", "m2 on d1", "m1 on d2", "m2 on d2"]
+    assert all(ax.get_ylabel() == "response-length CV" for ax in axes[0])
+    assert all(ax.get_ylabel() == "neg − pos length gap (tokens)" for ax in axes[1])
+    assert all(ax.get_xlabel() == "training step" for ax in axes[1])
+    for ax in axes.flat:
+        assert [line.get_label() for line in lines(ax, "smoothed")] == list(AGGREGATORS)
+    np.testing.assert_allclose(lines(axes[0][1], "smoothed")[0].get_ydata(), 0.9)
+    np.testing.assert_allclose(lines(axes[1][2], "smoothed")[2].get_ydata(), 50.0)
+
+
+def test_figure_scripts_write_png_and_pdf(tmp_path):
+    root = make_campaign(tmp_path / "camp")
+    for name in ("figure1", "figure2", "figure3"):
+        done = subprocess.run([sys.executable, str(REPO / "analysis" / f"{name}.py"), "--campaign-dir", str(root)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        for fmt in ("png", "pdf"):
+            assert (root / "analysis" / f"{name}.{fmt}").stat().st_size > 1000
+    assert (root / "analysis" / "figure1.png").read_bytes()[:4] == b"\x89PNG"
+    assert (root / "analysis" / "figure2.pdf").read_bytes()[:4] == b"%PDF"

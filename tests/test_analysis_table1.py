@@ -1,0 +1,117 @@
+"""Table 1 on a hand-made campaign with known values: numbers, steps, bold marks, gaps, paper columns."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from balagg.analysis import load_campaign
+
+from analysis_fixtures import AGGREGATORS, DAPO, REPO, STEPS, load_script, make_campaign, train_metrics, write_cell
+
+table1 = load_script("table1")
+
+def row(table: pd.DataFrame, dataset: str, aggregator: str) -> pd.Series:
+    return table[(table.dataset == dataset) & (table.aggregator == aggregator)].iloc[0]
+
+
+def test_peak_and_last_values_and_steps_are_exact(tmp_path):
+    campaign = load_campaign(make_campaign(tmp_path / "camp"))
+    assert campaign.problems == []
+    table = table1.build_table(campaign)
+    assert list(table.dataset) == ["dapo"] * 3 + ["polaris"] * 3
+    assert list(table.aggregator[:3]) == list(AGGREGATORS)
+    expected = {  # aggregator: (peak acc, step, peak best, step, last acc, last best)
+        "seq-agg": (.36, 20, .46, 30, .31, .46),
+        "token-agg": (.35, 10, .48, 10, .28, .40),
+        "balanced-agg": (.38, 20, .47, 20, .35, .47),
+    }
+    for aggregator, (pa, pa_step, pb, pb_step, la, lb) in expected.items():
+        r = row(table, "dapo", aggregator)
+        assert r["peak_acc@8"] == pytest.approx(pa) and r["peak_acc@8_step"] == pa_step
+        assert r["peak_best@8"] == pytest.approx(pb) and r["peak_best@8_step"] == pb_step
+        assert r["last_acc@8"] == pytest.approx(la) and r["last_best@8"] == pytest.approx(lb)
+        assert r["last_step"] == 30 and r["n_seeds"] == 2 and r["note"] == ""
+    seq = row(table, "dapo", "seq-agg")
+    assert seq["peak_acc@8_std"] == pytest.approx(math.sqrt(2) * 0.02)  # seeds .34 and .38 at step 20
+
+
+def test_bold_marks_the_best_of_each_column_per_setting(tmp_path):
+    table = table1.build_table(load_campaign(make_campaign(tmp_path / "camp")))
+    bold = table1.best_mask(table)
+    dapo = table.dataset == "dapo"
+    assert list(table.aggregator[dapo & bold["peak_acc@8"]]) == ["balanced-agg"]
+    assert list(table.aggregator[dapo & bold["peak_best@8"]]) == ["token-agg"]
+    assert list(table.aggregator[dapo & bold["last_best@8"]]) == ["balanced-agg"]
+    assert list(table.aggregator[~dapo & bold["peak_acc@8"]]) == ["balanced-agg"]
+    markdown = table1.to_markdown(table, "camp")
+    token_line = next(line for line in markdown.splitlines() if "| token-agg |" in line and "0.48" in line)
+    assert "**0.4800 ± 0.0141**" in token_line and token_line.count("**") == 2
+    latex = table1.to_latex(table, "camp")
+    assert r"\textbf{0.4800 $\pm$ 0.0141}" in latex and latex.count(r"\textbf") == bold.to_numpy().sum()
+
+
+def test_gaps_are_blank_and_explained_in_markdown_and_latex(tmp_path):
+    root = make_campaign(tmp_path / "camp", skip={("polaris", "token-agg", 0), ("polaris", "token-agg", 1)})
+    (root / "qwen-a/dapo/seq-agg/seed0/train/checkpoints/step-000040").mkdir(parents=True)  # never evaluated
+    table = table1.build_table(load_campaign(root))
+    markdown, latex = table1.to_markdown(table, "camp"), table1.to_latex(table, "camp")
+    lines = markdown.splitlines()
+    # step 40 exists in one dapo cell only: dapo's final step is 40, evaluated nowhere -> every dapo
+    # aggregator's last-step values are blank (notes 1-3), peaks stay
+    for number, aggregator in enumerate(AGGREGATORS, start=1):
+        line = next(line for line in lines if f"| {aggregator} [{number}] |" in line)
+        assert line.count("—") == 2 and line.endswith("| 2/2 |")
+        assert f"{number}. qwen-a / dapo / {aggregator}: last step 40 not evaluated in every seed" in markdown
+    token_line = next(line for line in lines if "| token-agg [4] |" in line)
+    assert token_line.count("—") == 4 and token_line.endswith("| 0/2 |")
+    assert "4. qwen-a / polaris / token-agg: no results for seed0 (missing), seed1 (missing)" in markdown
+    assert r"seq-agg$^{1}$" in latex and r"token-agg$^{4}$ & -- & -- & -- & --" in latex
+    bold = table1.best_mask(table)
+    assert not bold.loc[table.dataset == "dapo", ["last_acc@8", "last_best@8"]].to_numpy().any()
+    assert list(table.aggregator[(table.dataset == "dapo") & bold["peak_acc@8"]]) == ["balanced-agg"]
+    polaris = table.dataset == "polaris"
+    assert list(table.aggregator[polaris & bold["last_acc@8"]]) == ["balanced-agg"]
+
+
+def test_paper_values_stand_beside_ours_with_the_difference(tmp_path):
+    root = tmp_path / "paper"
+    for aggregator in AGGREGATORS:
+        acc, best = DAPO[aggregator][0]
+        write_cell(root, "qwen2.5-math-7b", "dapo_17k", aggregator, 0,
+                   {s: (a, b) for s, a, b in zip(STEPS, acc, best)}, train_metrics(range(1, 4), float, .5, 1.))
+    paper = table1.load_paper_values(REPO / "analysis" / "paper_values.csv")
+    table = table1.build_table(load_campaign(root), paper)
+    balanced = row(table, "dapo_17k", "balanced-agg")
+    assert balanced["paper_peak_acc@8"] == 0.3634 and balanced["paper_peak_acc@8_source"] == "paper"
+    assert balanced["diff_peak_acc@8"] == pytest.approx(0.37 - 0.3634)
+    assert balanced["diff_last_best@8"] == pytest.approx(0.47 - 0.4627)
+    comparison = table1.compare_with_paper(table, paper)
+    assert comparison.in_campaign.sum() == 12  # the paper's own rows; the digest rows are other settings
+    digest = comparison[comparison.source == "digest-unconfirmed"]
+    assert len(digest) == 9 and not digest.in_campaign.any()
+    markdown = table1.to_markdown(table, "paper", comparison)
+    assert "| DAPO-17k | Qwen2.5-Math-7B | balanced-agg | Peak Acc@8 | 0.3634 | paper | 0.3700 | +0.0066 |" in markdown
+    assert "| Polaris | Qwen3-1.7B | seq-agg | Last Acc@8 | 0.4614 | digest-unconfirmed | not in campaign | — |" in markdown
+
+
+def test_command_line_writes_the_three_files_and_strict_mode_refuses_gaps(tmp_path):
+    root = make_campaign(tmp_path / "camp", skip={("dapo", "seq-agg", 1)})
+    out = tmp_path / "out"
+    script = str(REPO / "analysis" / "table1.py")
+    done = subprocess.run([sys.executable, script, "--campaign-dir", str(root), "--out", str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "[missing-cell] qwen-a/dapo/seq-agg/seed1: no cell folder" in done.stderr
+    csv = pd.read_csv(out / "table1.csv")
+    assert len(csv) == 6 and csv.loc[0, "n_seeds"] == 1 and "seed1 (missing)" in csv.loc[0, "note"]
+    assert (out / "table1.md").read_text().startswith("# Table 1: camp")
+    assert r"\begin{tabular}" in (out / "table1.tex").read_text()
+    strict = subprocess.run([sys.executable, script, "--campaign-dir", str(root), "--out", str(tmp_path / "s"),
+                             "--strict"], capture_output=True, text=True)
+    assert strict.returncode == 2 and "error: 1 problem(s)" in strict.stderr
+    assert not (tmp_path / "s" / "table1.csv").exists()

@@ -4,11 +4,13 @@ Everything the DAG needs is derived from the validated config, so `snakemake -n`
 the grid (every checkpoint step) up front.
 """
 
-import hashlib
-import json
 import os
+import shlex
 from itertools import product
 from pathlib import Path
+
+from balagg.io import write_json
+from balagg.train.config import CellConfig
 
 CAMPAIGN = config["campaign"]
 RESULTS = f"results/{CAMPAIGN}"
@@ -37,13 +39,6 @@ def cell_paths(pattern):
 def train_settings(model):
     """The train section with the model's own overrides applied."""
     return {**config["train"], **config["models"][model].get("train", {})}
-
-
-def checkpoint_steps(model):
-    """Optimiser steps with a weights-only checkpoint: 0, every eval_every, and the last step."""
-    settings = train_settings(model)
-    total, every = settings["total_steps"], settings["eval_every"]
-    return sorted(set(range(0, total + 1, every)) | {total})
 
 
 def step_tag(step):
@@ -106,47 +101,61 @@ def data_inputs(wildcards):
     return []
 
 
-def data_source_arg(wildcards):
-    source = data_source(wildcards.kind, wildcards.name)
-    return f"{RESULTS}/tinyworld/raw" if source == TINYWORLD else source
-
-
 def data_loader(wildcards):
+    """The registry name of balagg.data's loader: the dataset's `loader`, or the benchmark itself."""
     return config["datasets"][wildcards.name]["loader"] if wildcards.kind == "train" else wildcards.name
 
 
-def data_limit(wildcards):
-    """Cap on problems per file (0 = all)."""
-    return config["data"][f"max_{wildcards.kind}_problems"] or 0
+def data_source_arg(wildcards):
+    """Hub id or local mirror; the tiny world keeps one mirror folder per registry name."""
+    source = data_source(wildcards.kind, wildcards.name)
+    return f"{RESULTS}/tinyworld/raw/{data_loader(wildcards)}" if source == TINYWORLD else source
+
+
+def data_selector(wildcards):
+    return f"--dataset {data_loader(wildcards)}" if wildcards.kind == "train" else f"--benchmark {wildcards.name}"
 
 
 def tinyworld_size(wildcards):
     return config["models"][wildcards.model].get("tinyworld_size", wildcards.model)
 
 
-def chat_template_flag(wildcards):
-    return "--chat-template" if config["models"][wildcards.model].get("chat_template") else ""
+def prompt_args(wildcards):
+    """How evaluation prompts are built for the model: chat template or plain, and its templates."""
+    spec = config["models"][wildcards.model]
+    args = ["--prompt-style", "chat" if spec.get("chat_template") else "plain"]
+    for key in ("math_template", "code_template"):
+        if key in spec:
+            args += [f"--{key.replace('_', '-')}", spec[key]]
+    return " ".join(shlex.quote(arg) for arg in args)
 
 
 def cell_config(wildcards):
-    """The resolved per-cell training config that `python -m balagg train --cell` reads."""
-    model = wildcards.model
+    """The resolved per-cell training config that `python -m balagg train --cell` reads (a CellConfig)."""
+    model, spec = wildcards.model, config["models"][wildcards.model]
+    settings = train_settings(model)
     cell = {
-        "campaign": CAMPAIGN,
-        "model": model,
-        "dataset": wildcards.dataset,
+        "model": model_source(model),
+        "model_name": model,
+        "dataset_name": wildcards.dataset,
+        "train_files": [f"{RESULTS}/data/train/{wildcards.dataset}.jsonl"],
         "aggregator": wildcards.aggregator,
         "seed": int(wildcards.seed),
-        "model_path": model_source(model),
-        "chat_template": config["models"][model].get("chat_template", False),
-        "train_file": f"{RESULTS}/data/train/{wildcards.dataset}.jsonl",
-        "checkpoint_steps": checkpoint_steps(model),
-        "tracking_uri": tracking_uri(),
-        "experiment": CAMPAIGN,
-        **train_settings(model),
+        "use_chat_template": spec.get("chat_template", False),
+        "num_processes": max(1, spec.get("train_resources", {}).get("gpus", 0)),
+        "mlflow_tracking_uri": tracking_uri(),
+        "mlflow_experiment": CAMPAIGN,
+        **({"prompt_template": spec["math_template"]} if "math_template" in spec else {}),
+        **settings,
     }
-    cell["config_hash"] = hashlib.sha256(json.dumps(cell, sort_keys=True).encode()).hexdigest()[:16]
+    CellConfig.from_dict(cell)  # a bad combination stops the workflow before any job runs
     return cell
+
+
+def checkpoint_steps(model):
+    """Steps with a weights-only checkpoint (0, every eval_every, the last), as the trainer saves them."""
+    settings = train_settings(model)
+    return CellConfig.checkpoint_steps_of(settings["total_steps"], settings["eval_every"])
 
 
 def output_dir(wildcards, output):
@@ -167,15 +176,6 @@ def generation_args():
     e = config["eval"]
     return (f"--n {e['n']} --temperature {e['temperature']} --top-p {e['top_p']} --max-tokens {e['max_tokens']}"
             f" --seed {e['seed']} --batch-size {e['batch_size']}")
-
-
-def write_json(path, data):
-    """Atomic JSON write (temp file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def model_resource(rule_key, key):

@@ -50,14 +50,13 @@ rule prepare_data:
     output:
         f"{RESULTS}/data/{{kind}}/{{name}}.jsonl",
     params:
-        loader=data_loader,
+        selector=data_selector,
         source=data_source_arg,
         on_bad_row=config["data"]["on_bad_row"],
-        limit=data_limit,
     log:
         f"{RESULTS}/logs/prepare_data/{{kind}}-{{name}}.log",
     conda:
         "../../envs/cpu.yaml"
     shell:
-        "python -m balagg prepare-data --loader {params.loader} --source {params.source}"
-        " --on-bad-row {params.on_bad_row} --limit {params.limit} --out {output} > {log} 2>&1"
+        "python -m balagg prepare-data {params.selector} --source {params.source}"
+        " --on-bad-row {params.on_bad_row} --out {output} > {log} 2>&1"

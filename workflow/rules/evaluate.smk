@@ -16,7 +16,7 @@ rule generate:
         benchmarks=",".join(BENCHMARKS),
         sampling=generation_args(),
         out=output_dir,
-        chat_template=chat_template_flag,
+        prompt=prompt_args,
     log:
         f"{EVAL_RUN}/logs/generate-{{step}}.log",
     benchmark:
@@ -31,7 +31,7 @@ rule generate:
         "../../envs/gpu.yaml"
     shell:
         "python -m balagg generate --checkpoint {params.checkpoint} --benchmarks-dir {params.bench_dir}"
-        " --benchmarks {params.benchmarks} {params.sampling} {params.chat_template} --out {params.out} > {log} 2>&1"
+        " --benchmarks {params.benchmarks} {params.sampling} {params.prompt} --out {params.out} > {log} 2>&1"
 
 
 rule score:

@@ -59,6 +59,18 @@ def test_figure1_marks_bars_averaged_over_fewer_settings(tmp_path):
     assert token_peak.patches[0].get_height() == pytest.approx(0.35 - 0.05)  # dapo alone, and said so
 
 
+def test_figure1_marks_bars_with_no_value_at_all(tmp_path):
+    root = make_campaign(tmp_path / "camp", skip={("polaris", "token-agg", 0), ("polaris", "token-agg", 1)})
+    (root / "qwen-a/dapo/seq-agg/seed0/train/checkpoints/step-000040").mkdir(parents=True)  # dapo: no last step
+    figure = figure1.make_figure(load_campaign(root))
+    marks = texts(figure, "gap")
+    # token-agg last: dapo blank, polaris missing -> n/a; token-agg peak (dapo only) and the other two
+    # aggregators' last-step bars (polaris only) -> *
+    assert marks.count("n/a") == len(BENCHMARKS) and marks.count("*") == 3 * len(BENCHMARKS)
+    token_last = figure.axes[0].containers[3]
+    assert all(np.isnan(p.get_height()) for p in token_last.patches)
+
+
 def test_figure2_one_panel_per_dataset_smoothed_lines_over_faint_raw(campaign):
     figure = figure2.make_figure(campaign, smoothing=3)
     assert len(figure.axes) == 2

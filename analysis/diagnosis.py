@@ -1,7 +1,8 @@
 """diagnosis.md: per (model, dataset), the measured length statistics, which of token and sequence
 aggregation the paper's analysis predicts to do better, and which did.
 
-    python analysis/diagnosis.py --campaign-dir results/X --out results/X/analysis [--cv-threshold 0.5 --gap-threshold 0.25]
+    python analysis/diagnosis.py --campaign-dir results/X --out results/X/analysis \
+        [--cv-threshold 0.5] [--gap-threshold 0.25]
 
 The paper's analysis (Sec. on aggregation bias): token aggregation couples each side's weight to its
 total length (sign-length coupling), so a large positive-negative length gap hurts it; sequence

@@ -1,6 +1,7 @@
 """Table 1: peak and last-step Acc@8 / Best@8 (six-benchmark means) per dataset x model x aggregator.
 
-    python analysis/table1.py --campaign-dir results/X --out results/X/analysis [--paper-values analysis/paper_values.csv]
+    python analysis/table1.py --campaign-dir results/X --out results/X/analysis \
+        [--paper-values analysis/paper_values.csv]
 
 Writes ``table1.csv`` (full precision, the step of each peak, seed spread, notes), ``table1.md`` and
 ``table1.tex`` (the best value of each column within a (dataset, model) in bold). Peak = maximum over
@@ -114,9 +115,9 @@ def _notes(table: pd.DataFrame) -> dict[int, int]:
 def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFrame | None = None) -> str:
     bold, notes = best_mask(table), _notes(table)
     lines = [f"# Table 1: {campaign_name}", "",
-             "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); last: final "
-             "step. Mean ± sample std over seeds where there are several. Bold: best per (dataset, model). "
-             f"{GAP}: no honest value (see notes).", "",
+             "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
+             "last: final step. Mean ± sample std over seeds where there are several. "
+             f"Bold: best per (dataset, model). {GAP}: no honest value (see notes).", "",
              "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
              "|---|---|---|" + "---:|" * len(VALUE_COLUMNS) + "---:|"]
     previous = None
@@ -168,7 +169,8 @@ def to_latex(table: pd.DataFrame, campaign_name: str) -> str:
     lines += [r"\bottomrule", r"\end{tabular}"]
     lines += [rf"% {n}: {_tex_escape(table.at[i, 'note'])}" for i, n in notes.items()]
     if notes:
-        lines += [r"\par\footnotesize"] + [rf"$^{{{n}}}$ {_tex_escape(table.at[i, 'note'])}\\" for i, n in notes.items()]
+        lines.append(r"\par\footnotesize")
+        lines += [rf"$^{{{n}}}$ {_tex_escape(table.at[i, 'note'])}\\" for i, n in notes.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -96,7 +96,8 @@ def test_paper_values_stand_beside_ours_with_the_difference(tmp_path):
     assert len(digest) == 9 and not digest.in_campaign.any()
     markdown = table1.to_markdown(table, "paper", comparison)
     assert "| DAPO-17k | Qwen2.5-Math-7B | balanced-agg | Peak Acc@8 | 0.3634 | paper | 0.3700 | +0.0066 |" in markdown
-    assert "| Polaris | Qwen3-1.7B | seq-agg | Last Acc@8 | 0.4614 | digest-unconfirmed | not in campaign | — |" in markdown
+    assert ("| Polaris | Qwen3-1.7B | seq-agg | Last Acc@8 | 0.4614 | digest-unconfirmed | not in campaign | — |"
+            in markdown)
 
 
 def test_command_line_writes_the_three_files_and_strict_mode_refuses_gaps(tmp_path):

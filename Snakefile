@@ -43,6 +43,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tracking.smk"
+include: "workflow/rules/analysis.smk"
 
 
 rule all:
@@ -50,3 +51,4 @@ rule all:
     input:
         cell_paths("eval/curve.csv"),
         cell_paths("eval/mlflow.json"),
+        analysis_targets(),

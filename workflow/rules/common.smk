@@ -195,3 +195,23 @@ def train_launcher(wildcards):
     accelerate_config = train_settings(wildcards.model).get("accelerate_config")
     config_arg = f"--config_file {accelerate_config} " if accelerate_config else ""
     return f"accelerate launch {config_arg}--num_processes {gpus}"
+
+
+def analysis_curves(wildcards):
+    """Every cell's eval curve (the analysis rules' inputs)."""
+    return cell_paths("eval/curve.csv")
+
+
+def analysis_manifests(wildcards):
+    """Every cell's manifest: its train/metrics.jsonl is complete once the manifest exists."""
+    return cell_paths("manifest.json")
+
+
+def analysis_targets():
+    folder = f"{RESULTS}/analysis"
+    return [
+        *(f"{folder}/table1.{ext}" for ext in ("csv", "md", "tex")),
+        *(f"{folder}/figure{n}.{ext}" for n in (1, 2, 3) for ext in ("png", "pdf")),
+        f"{folder}/diagnosis.md",
+        f"{folder}/diagnosis.csv",
+    ]

@@ -199,9 +199,14 @@ class CellConfig:
 
     def checkpoint_steps(self) -> list[int]:
         """Steps that get a weights-only evaluation checkpoint: 0, eval_steps, every eval_every, last."""
-        steps = {0, *self.eval_steps}
-        if self.eval_every > 0:
-            steps |= set(range(0, self.total_steps + 1, self.eval_every)) | {self.total_steps}
+        return self.checkpoint_steps_of(self.total_steps, self.eval_every, self.eval_steps)
+
+    @staticmethod
+    def checkpoint_steps_of(total_steps: int, eval_every: int = 0, eval_steps: list[int] | tuple = ()) -> list[int]:
+        """The rule behind :meth:`checkpoint_steps`, for callers without a full config (the workflow)."""
+        steps = {0, *eval_steps}
+        if eval_every > 0:
+            steps |= set(range(0, total_steps + 1, eval_every)) | {total_steps}
         return sorted(steps)
 
     # ---- serialisation ----------------------------------------------------------------------------------

@@ -183,3 +183,17 @@ def test_extract_code_takes_the_last_python_block():
 ])
 def test_outputs_match(expected, actual, kind, same):
     assert outputs_match(expected, actual, kind) is same
+
+
+def test_large_input_and_output(sandbox):
+    numbers = list(range(50_000))
+    test = {"input": f"{len(numbers)}\n" + " ".join(map(str, numbers)) + "\n",
+            "output": "\n".join(str(2 * x) for x in numbers), "testtype": "stdin"}
+    code = "n = int(input())\nprint('\\n'.join(str(2 * int(x)) for x in input().split()))\n"
+    assert len(test["input"]) > 60_000
+    assert sandbox.run(code, [test]).passed
+
+
+def test_mixed_test_types_are_refused(sandbox):
+    with pytest.raises(ValueError, match="all functional or all stdin"):
+        sandbox.run("pass", [ADD[0], {"input": "1", "output": "1", "testtype": "functional"}], fn_name="f")

@@ -52,11 +52,15 @@ _run_counter = itertools.count()
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-sample limits. ``timeout_s`` is wall-clock per test; CPU time per test is timeout_s + 1."""
+    """Per-sample limits. ``timeout_s`` is wall-clock per test; CPU time per test is timeout_s + 1.
+
+    ``memory_mb`` is an address-space limit per process, so one sample can use at most
+    ``memory_mb * max_processes`` (16 GiB by default, and only by forking on purpose); a memory cgroup
+    would bound the sum but is not used (it needs write access to the host's cgroup tree)."""
 
     timeout_s: float = 6.0
-    memory_mb: int = 2048
-    max_processes: int = 32
+    memory_mb: int = 1024
+    max_processes: int = 16
     file_size_mb: int = 16
     open_files: int = 64
     max_output_bytes: int = 8 * 1024 * 1024
@@ -150,6 +154,8 @@ class Sandbox:
         if not tests:
             raise ValueError("a code problem needs at least one test")
         testtypes = {test.get("testtype", "stdin") for test in tests}
+        if len(testtypes) > 1:
+            raise ValueError(f"a problem's tests must be all functional or all stdin, got {sorted(testtypes)}")
         if fn_name is None and "functional" in testtypes:
             raise ValueError("functional tests need fn_name")
         spec_limits = asdict(self.limits)

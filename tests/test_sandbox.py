@@ -197,3 +197,14 @@ def test_large_input_and_output(sandbox):
 def test_mixed_test_types_are_refused(sandbox):
     with pytest.raises(ValueError, match="all functional or all stdin"):
         sandbox.run("pass", [ADD[0], {"input": "1", "output": "1", "testtype": "functional"}], fn_name="f")
+
+
+def test_processes_left_behind_die_with_the_sandbox(sandbox):
+    """Detached (setsid, fds closed) children that outlive their test are gone once the run ends."""
+    code = ("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n"
+            "        os.setsid()\n        os.closerange(0, 256)\n        time.sleep(60)\n        os._exit(0)\n"
+            "a, b = map(int, input().split())\nprint(a + b)\n")
+    result = sandbox.run(code, ADD)
+    assert result.statuses == ["ok", "ok"] and result.passed
+    time.sleep(0.2)
+    assert [pid for pid in os.listdir("/proc") if pid.isdigit() and _uid(pid) >= 2_000_000] == []

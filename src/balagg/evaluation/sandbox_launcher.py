@@ -186,7 +186,12 @@ def run_child(code_obj, fn_name, test_input, out_fd, cpu_s):
 def run_test(code_obj, fn_name, test_input, limits):
     reader, writer = os.pipe()
     cpu_s = int(limits["timeout_s"]) + 1
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # e.g. the process limit, used up by what an earlier test left running
+        os.close(reader)
+        os.close(writer)
+        return {"status": "error", "output": ""}
     if pid == 0:
         os.close(reader)
         try:

@@ -151,3 +151,12 @@ def test_cli_reports_bad_input_as_one_line(tmp_path, capsys):
     assert main(["score", "--generations", str(tmp_path / "none.jsonl"), "--benchmarks-dir", str(tmp_path),
                  "--out", str(tmp_path / "o")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_pool_kills_a_pathological_math_answer():
+    """9^9^9^9 keeps sympy busy for seconds; the pool's deadline ends it and scores the others."""
+    pairs = [("\\boxed{1}", "1"), ("\\boxed{9^{9^{9^{9}}}}", "5"), ("\\boxed{2}", "2")]
+    with VerifierPool(workers=1, timeout_s=1.5) as pool:
+        result = pool.verify(pairs)
+    assert result.verdicts == [True, False, True]
+    assert result.timed_out == [1]

@@ -4,7 +4,8 @@
   reward) and ``verifier_info()``;
 - :mod:`balagg.evaluation.metrics`: Acc@k, Best@k and the unbiased pass@k from per-sample correctness;
 - :mod:`balagg.evaluation.pool`: verification in worker processes with a per-sample timeout;
-- :mod:`balagg.evaluation.sandbox`: running model-written programs (LiveCodeBench) in isolation;
+- :mod:`balagg.evaluation.sandbox`: running model-written programs (LiveCodeBench) in isolation
+  (:mod:`balagg.evaluation.sandbox_launcher` is the stdlib-only script that runs inside it);
 - :mod:`balagg.evaluation.score`: ``generations.jsonl`` -> ``scores.jsonl`` + ``summary.json``.
 
 Generation (``balagg.evaluation.generate*``) produces the ``generations.jsonl`` these modules read.

@@ -145,6 +145,12 @@ def verify_math(text: str, gold: str | list[str]) -> bool:
                                    timeout_seconds=VERIFY_TIMEOUT_S))
 
 
+def warm_up() -> None:
+    """Import math-verify and run one verification, so a worker's first real sample is not slowed by
+    imports and parser set-up (the VerifierPool calls this before it starts any deadline)."""
+    verify_math("$\\frac{1}{2}$", "0.5")
+
+
 def verifier_info() -> dict[str, str]:
     """Name, version and configuration of the verifier, for ``summary.json`` and run metadata."""
     _math_verify()  # fails loudly if the installed version is not the pinned one

@@ -21,8 +21,12 @@ DEFAULT_VERIFIER = "balagg.evaluation.math:verify_math"
 
 
 def _load(spec: str):
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+    """The function named ``module:function``; the module's ``warm_up()``, if any, is run first."""
+    module_name, _, name = spec.partition(":")
+    module = importlib.import_module(module_name)
+    if callable(getattr(module, "warm_up", None)):
+        module.warm_up()
+    return getattr(module, name)
 
 
 def _serve(conn: Connection, spec: str) -> None:
@@ -86,7 +90,7 @@ class VerifierPool:
         return _Worker(process, parent)
 
     def _wait_ready(self, worker: _Worker) -> None:
-        """Block until the worker has imported the verifier, so import time never counts as a timeout."""
+        """Block until the worker has loaded (and warmed up) the verifier: start-up is not a timeout."""
         if not worker.conn.poll(120) or worker.conn.recv() != "ready":
             self._kill(worker)
             raise RuntimeError(f"verifier worker for {self.verifier} did not start")

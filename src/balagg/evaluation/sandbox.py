@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 import selectors
@@ -42,6 +43,8 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
 UID_BASE = 2_000_000
 """Sandbox uids are UID_BASE + a per-run offset: unused on the host, one per concurrent run, so the
@@ -52,11 +55,15 @@ _run_counter = itertools.count()
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-sample limits. ``timeout_s`` is wall-clock per test; CPU time per test is timeout_s + 1."""
+    """Per-sample limits. ``timeout_s`` is wall-clock per test; CPU time per test is timeout_s + 1.
+
+    ``memory_mb`` is an address-space limit per process, so one sample can use at most
+    ``memory_mb * max_processes`` (16 GiB by default, and only by forking on purpose); a memory cgroup
+    would bound the sum but is not used (it needs write access to the host's cgroup tree)."""
 
     timeout_s: float = 6.0
-    memory_mb: int = 2048
-    max_processes: int = 32
+    memory_mb: int = 1024
+    max_processes: int = 16
     file_size_mb: int = 16
     open_files: int = 64
     max_output_bytes: int = 8 * 1024 * 1024
@@ -75,12 +82,17 @@ class SandboxResult:
 
 @lru_cache(maxsize=1)
 def isolation_mode() -> str:
-    """``namespaces`` if this process can create network, mount and PID namespaces and switch uid."""
+    """``namespaces`` if a trivial program runs correctly in the full namespace sandbox here (root, util-linux
+    ``unshare``, and the mounts the launcher makes all work); ``rlimits`` otherwise."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return "rlimits"
     probe = subprocess.run(["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "true"],
                            capture_output=True, env={}, timeout=30)
-    return "namespaces" if probe.returncode == 0 else "rlimits"
+    if probe.returncode != 0:
+        return "rlimits"
+    result = Sandbox(SandboxLimits(timeout_s=30.0), mode="namespaces").run(
+        "print(input())", [{"input": "ok\n", "output": "ok\n", "testtype": "stdin"}])
+    return "namespaces" if result.passed else "rlimits"
 
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
@@ -150,6 +162,8 @@ class Sandbox:
         if not tests:
             raise ValueError("a code problem needs at least one test")
         testtypes = {test.get("testtype", "stdin") for test in tests}
+        if len(testtypes) > 1:
+            raise ValueError(f"a problem's tests must be all functional or all stdin, got {sorted(testtypes)}")
         if fn_name is None and "functional" in testtypes:
             raise ValueError("functional tests need fn_name")
         spec_limits = asdict(self.limits)
@@ -165,17 +179,22 @@ class Sandbox:
         if self.mode == "namespaces":
             command = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", *command]
         budget = self.limits.timeout_s * len(tests) + 10.0
-        try:
-            raw, error = self._communicate(command, json.dumps(spec).encode(), budget,
-                                           cap=self.limits.max_output_bytes * len(tests) + (1 << 20))
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        if error:
-            return SandboxResult(False, [], error)
-        try:
-            results = json.loads(raw)["results"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            return SandboxResult(False, [], "sandbox returned no result")
+        with tempfile.TemporaryFile() as launcher_errors:  # the launcher's own stderr (never the program's)
+            try:
+                raw, error = self._communicate(command, json.dumps(spec).encode(), budget,
+                                               cap=self.limits.max_output_bytes * len(tests) + (1 << 20),
+                                               stderr=launcher_errors)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            if error:
+                return SandboxResult(False, [], error)
+            try:
+                results = json.loads(raw)["results"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                launcher_errors.seek(0)
+                tail = launcher_errors.read()[-2000:].decode(errors="replace").strip().splitlines()
+                log.warning("sandbox launcher failed: %s", tail[-1] if tail else "no message")
+                return SandboxResult(False, [], "sandbox_failed")
         statuses = [result["status"] for result in results]
         for test, result in zip(tests, results):
             if result["status"] != "ok":
@@ -187,10 +206,11 @@ class Sandbox:
         return SandboxResult(True, statuses, "")
 
     @staticmethod
-    def _communicate(command: list[str], data: bytes, budget: float, cap: int) -> tuple[bytes, str]:
+    def _communicate(command: list[str], data: bytes, budget: float, cap: int, stderr=subprocess.DEVNULL
+                     ) -> tuple[bytes, str]:
         """Run ``command`` with ``data`` on stdin; its stdout (<= cap bytes) or an error after ``budget`` s."""
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, env={}, start_new_session=True, cwd="/")
+                                   stderr=stderr, env={}, start_new_session=True, cwd="/")
         deadline = time.monotonic() + budget
         chunks, size, error = [], 0, ""
         try:

@@ -144,18 +144,17 @@ def run_child(code_obj, fn_name, test_input, out_fd, cpu_s):
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(out_fd if fn_name is None else devnull, 1)
     os.dup2(devnull, 2)
-    reader, writer = os.pipe()  # the input comes from a pipe filled before the program starts
     if fn_name is None:
         data = test_input.encode()
-        if len(data) < 60000:  # below the pipe buffer: write it all now, no deadlock possible
+        if len(data) < 60000:  # fits the pipe buffer: written whole before the program starts
+            reader, writer = os.pipe()
             os.write(writer, data)
             os.close(writer)
             os.dup2(reader, 0)
         else:
-            path = "stdin.txt"
-            with open(path, "wb") as handle:
+            with open("stdin.txt", "wb") as handle:  # in the sandbox's own tmpfs work dir
                 handle.write(data)
-            os.dup2(os.open(path, os.O_RDONLY), 0)
+            os.dup2(os.open("stdin.txt", os.O_RDONLY), 0)
     else:
         os.dup2(devnull, 0)
     sys.stdin = open(0, closefd=False)
@@ -187,7 +186,12 @@ def run_child(code_obj, fn_name, test_input, out_fd, cpu_s):
 def run_test(code_obj, fn_name, test_input, limits):
     reader, writer = os.pipe()
     cpu_s = int(limits["timeout_s"]) + 1
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # e.g. the process limit, used up by what an earlier test left running
+        os.close(reader)
+        os.close(writer)
+        return {"status": "error", "output": ""}
     if pid == 0:
         os.close(reader)
         try:

@@ -144,7 +144,10 @@ def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict) -> 
 
 def _score_code(problems: list[_Problem], config: ScoreConfig, counts: dict) -> dict:
     limits = config.sandbox_limits or SandboxLimits(timeout_s=config.code_timeout_s)
-    sandbox = Sandbox(limits)
+    try:
+        sandbox = Sandbox(limits)
+    except RuntimeError as error:  # no safe way to run untrusted code on this machine
+        raise ValueError(f"cannot score code benchmarks here: {error}") from None
     jobs = []
     for problem in problems:
         for row in problem.samples:

@@ -60,3 +60,9 @@ class VLLMBackend:
                 ids.append(sample.stop_reason)
             completions.append(Completion(ids, sample.finish_reason))
         return completions
+
+    def close(self) -> None:
+        """Stop the engine's worker processes now rather than at interpreter exit."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()

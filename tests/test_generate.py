@@ -185,6 +185,15 @@ def test_bad_inputs_fail_before_any_model_is_loaded(checkpoint, bench_dir, tmp_p
     assert not (tmp_path / "o").exists()
 
 
+def test_vllm_backend_without_vllm_is_a_clear_error(checkpoint, bench_dir, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    with pytest.raises(ValueError, match="backend 'vllm' needs vllm"):
+        generate(checkpoint, bench_dir, ["math500"], tmp_path / "o", small(backend="vllm"))
+
+
 class FailingAfter:
     """Stands in for a backend that crashes on the second benchmark (to test resuming)."""
 

@@ -25,8 +25,12 @@ class VLLMBackend:
 
     def __init__(self, checkpoint: str | os.PathLike, config: GenerationConfig, stops: list[int],
                  context_length: int):
-        from vllm import LLM
-        from vllm.platforms import current_platform
+        try:
+            from vllm import LLM
+            from vllm.platforms import current_platform
+        except ImportError as error:
+            raise ValueError(f"backend 'vllm' needs vllm, which cannot be imported here ({error}); "
+                             "use --backend transformers or the vllm environment") from None
 
         kwargs = {}
         if config.kv_cache_memory_bytes is not None:

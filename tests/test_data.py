@@ -262,3 +262,14 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "math500-0001: missing field 'problem' or 'question'" in capsys.readouterr().err
     assert main(["prepare-data", "--list"]) == 0
     assert "Hothan/OlympiadBench [OE_TO_maths_en_COMP]" in capsys.readouterr().out
+
+
+def test_a_save_to_disk_folder_and_an_unreachable_hub_id(tmp_path, monkeypatch):
+    import datasets
+
+    datasets.Dataset.from_list([{"problem": "p", "answer": "1"}]).save_to_disk(str(tmp_path / "saved"))
+    report = prepare("aime24", tmp_path / "saved", tmp_path / "a.jsonl")
+    assert report.written == 1
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"cannot load math500 from HuggingFaceH4/MATH-500 \(split 'test'"):
+        prepare("math500", "HuggingFaceH4/MATH-500", tmp_path / "m.jsonl")

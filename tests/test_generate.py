@@ -185,6 +185,15 @@ def test_bad_inputs_fail_before_any_model_is_loaded(checkpoint, bench_dir, tmp_p
     assert not (tmp_path / "o").exists()
 
 
+def test_vllm_backend_without_vllm_is_a_clear_error(checkpoint, bench_dir, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    with pytest.raises(ValueError, match="backend 'vllm' needs vllm"):
+        generate(checkpoint, bench_dir, ["math500"], tmp_path / "o", small(backend="vllm"))
+
+
 class FailingAfter:
     """Stands in for a backend that crashes on the second benchmark (to test resuming)."""
 
@@ -214,3 +223,24 @@ def test_a_rerun_resumes_after_the_last_completed_benchmark(checkpoint, bench_di
     again = FailingAfter(None)
     generate(checkpoint, bench_dir, ["math500", "livecodebench"], out, small(seed=3), backend=again)
     assert again.calls == ["math500", "livecodebench"]
+
+
+def test_prepared_benchmark_files_feed_generate(checkpoint, tmp_path):
+    """prepare-data output is generate's input: real-schema fixtures through both commands."""
+    from test_data import MATH500_ROWS, encode_private, lcb_row, write_parquet
+
+    bench = tmp_path / "bench"
+    assert main(["prepare-data", "--benchmark", "math500", "--source",
+                 str(write_parquet(tmp_path / "src" / "math500.parquet", MATH500_ROWS)),
+                 "--out", str(bench / "math500.jsonl")]) == 0
+    hidden = [{"input": "5\n", "output": "6\n", "testtype": "stdin"}]
+    assert main(["prepare-data", "--benchmark", "livecodebench", "--source",
+                 str(write_parquet(tmp_path / "src" / "lcb.parquet", [lcb_row("abc9_a", "2024-10-01", encode_private(hidden))])),
+                 "--out", str(bench / "livecodebench.jsonl")]) == 0
+    out = tmp_path / "gen"
+    assert main(["generate", "--checkpoint", str(checkpoint), "--benchmarks-dir", str(bench), "--benchmarks",
+                 "math500,livecodebench", "--n", "2", "--max-tokens", "8", "--backend", "transformers",
+                 "--out", str(out)]) == 0
+    lines = list(read_jsonl(out / "generations.jsonl"))
+    assert [l["problem_id"] for l in lines] == ["math500-0000"] * 2 + ["math500-0001"] * 2 + \
+        ["math500-0002"] * 2 + ["livecodebench-abc9_a"] * 2

@@ -47,7 +47,9 @@ def engine(checkpoint):
 
     config = GenerationConfig(**ENGINE)
     tokenizer = load_tokenizer(checkpoint)
-    return VLLMBackend(checkpoint, config, stop_token_ids(checkpoint, tokenizer), model_context_length(checkpoint))
+    backend = VLLMBackend(checkpoint, config, stop_token_ids(checkpoint, tokenizer), model_context_length(checkpoint))
+    yield backend
+    backend.close()
 
 
 def run(checkpoint, bench_dir, out, engine, **settings):

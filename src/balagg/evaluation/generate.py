@@ -310,21 +310,26 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
                                           context_length) for name in benchmarks}
     parts = out_dir / f".parts-{config.fingerprint()}"
     summary = RunSummary(out=str(out_dir / "generations.jsonl"), backend="")
-    for name, requests in per_benchmark.items():
-        part = parts / f"{name}.jsonl"
-        if part.is_file() and sum(1 for _ in read_jsonl(part)) == len(requests):
-            log.info("%s: reusing %s", name, part)
-            summary.benchmarks[name] = len(requests)
-            continue
-        if backend is None:
-            backend = make_backend(checkpoint, config, stops, context_length)
-        t0 = time.monotonic()
-        completions = backend.generate(requests)
-        lines = [finish(r, c, tokenizer, stops) for r, c in zip(requests, completions, strict=True)]
-        summary.benchmarks[name] = write_jsonl(part, lines)
-        tokens = sum(line["num_tokens"] for line in lines)
-        log.info("%s: %d samples, %d tokens in %.1f s", name, len(lines), tokens, time.monotonic() - t0)
-    summary.backend = getattr(backend, "name", "reused")
+    owned = backend is None  # an engine made here is closed here
+    try:
+        for name, requests in per_benchmark.items():
+            part = parts / f"{name}.jsonl"
+            if part.is_file() and sum(1 for _ in read_jsonl(part)) == len(requests):
+                log.info("%s: reusing %s", name, part)
+                summary.benchmarks[name] = len(requests)
+                continue
+            if backend is None:
+                backend = make_backend(checkpoint, config, stops, context_length)
+            t0 = time.monotonic()
+            completions = backend.generate(requests)
+            lines = [finish(r, c, tokenizer, stops) for r, c in zip(requests, completions, strict=True)]
+            summary.benchmarks[name] = write_jsonl(part, lines)
+            tokens = sum(line["num_tokens"] for line in lines)
+            log.info("%s: %d samples, %d tokens in %.1f s", name, len(lines), tokens, time.monotonic() - t0)
+        summary.backend = getattr(backend, "name", "reused")
+    finally:
+        if owned and backend is not None:
+            backend.close()
     write_jsonl(out_dir / "generations.jsonl",
                 (line for name in benchmarks for line in read_jsonl(parts / f"{name}.jsonl")))
     summary.seconds = time.monotonic() - started

@@ -92,3 +92,6 @@ class TransformersBackend:
             for row, request in enumerate(batch):
                 results[order[start + row]] = Completion(output[row, width:].tolist())
         return results
+
+    def close(self) -> None:
+        del self.model

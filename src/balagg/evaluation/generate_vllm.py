@@ -25,8 +25,12 @@ class VLLMBackend:
 
     def __init__(self, checkpoint: str | os.PathLike, config: GenerationConfig, stops: list[int],
                  context_length: int):
-        from vllm import LLM
-        from vllm.platforms import current_platform
+        try:
+            from vllm import LLM
+            from vllm.platforms import current_platform
+        except ImportError as error:
+            raise ValueError(f"backend 'vllm' needs vllm, which cannot be imported here ({error}); "
+                             "use --backend transformers or the vllm environment") from None
 
         kwargs = {}
         if config.kv_cache_memory_bytes is not None:
@@ -60,3 +64,9 @@ class VLLMBackend:
                 ids.append(sample.stop_reason)
             completions.append(Completion(ids, sample.finish_reason))
         return completions
+
+    def close(self) -> None:
+        """Stop the engine's worker processes now rather than at interpreter exit."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()

@@ -12,24 +12,29 @@ import pytest
 
 from analysis_fixtures import REPO, make_campaign
 
+# Only the analysis stage of the real workflow (its common.smk and analysis.smk), over a hand-made campaign.
 SNAKEFILE = """\
 configfile: "config.yaml"
-include: "workflow/rules/analysis_common.smk"
+include: "workflow/rules/common.smk"
 include: "workflow/rules/analysis.smk"
 rule all:
     default_target: True
-    input: analysis_targets(config["campaign"])
+    input: analysis_targets()
 """
 CONFIG = """\
 campaign: camp
-models: [qwen-a]
-datasets: [dapo, polaris]
+models: {qwen-a: {path: none}}
+datasets: {dapo: {loader: dapo-math-17k, source: none}, polaris: {loader: polaris-53k, source: none}}
+benchmarks: {math500: none}
 aggregators: [seq-agg, token-agg, balanced-agg]
 seeds: [0, 1]
+train: {total_steps: 1, eval_every: 1}
 analysis:
   paper_values: analysis/paper_values.csv
   figure2_model: qwen-a
   smoothing: 3
+  cv_threshold: 0.5
+  gap_threshold: 0.25
 """
 
 
@@ -42,7 +47,7 @@ def snakemake(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_analysis_rules_build_every_artifact_and_the_report(tmp_path):
-    for name in ("analysis", "workflow"):
+    for name in ("analysis", "workflow", "envs"):
         shutil.copytree(REPO / name, tmp_path / name)
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
     (tmp_path / "config.yaml").write_text(CONFIG)

@@ -64,18 +64,28 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
+LOGGERS = ("balagg", "balagg.train.steps", "transformers", "trl")
+
+
 def _attach_log_file(cell_dir: CellDir) -> logging.Handler:
+    """All balagg/transformers/TRL log lines also go to train.log. On a terminal the per-step lines go
+    only there (the progress bar shows them)."""
     handler = logging.FileHandler(cell_dir.log)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("balagg", "transformers", "trl"):
         logging.getLogger(name).addHandler(handler)
     logging.getLogger("balagg").setLevel(logging.INFO)
+    if sys.stderr.isatty():
+        steps = logging.getLogger("balagg.train.steps")
+        steps.propagate = False
+        steps.addHandler(handler)
     return handler
 
 
 def _detach_log_file(handler: logging.Handler) -> None:
-    for name in ("balagg", "transformers", "trl"):
+    for name in LOGGERS:
         logging.getLogger(name).removeHandler(handler)
+    logging.getLogger("balagg.train.steps").propagate = True
     handler.close()
 
 
@@ -97,7 +107,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     from trl import GRPOConfig
 
     from balagg.rewards import MathReward
-    from balagg.train.callbacks import CellCallback
+    from balagg.train.callbacks import CellCallback, StepProgress
     from balagg.train.data import build_prompts
     from balagg.train.trainer import AggregatedGRPOTrainer
 
@@ -135,8 +145,10 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         callbacks=[callback], aggregation=cell.aggregator, scope=cell.scope,
     )
     trainer.remove_callback(PrinterCallback)  # plain per-step lines come from the callback's logger
-    if not sys.stderr.isatty():
-        trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(ProgressCallback)
+    if sys.stderr.isatty():
+        callback.progress = StepProgress()
+        trainer.add_callback(callback.progress)
     if trainer.accelerator.num_processes != cell.num_processes:
         raise ValueError(f"cell config says num_processes={cell.num_processes} but "
                          f"{trainer.accelerator.num_processes} processes were launched")

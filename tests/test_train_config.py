@@ -108,3 +108,16 @@ def test_cli_reports_a_bad_cell_in_one_line(tmp_path, capsys):
     assert main(["train", "--cell", str(path), "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "m")]) == 2
     assert "unknown keys ['clip_high']" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()
+
+
+def test_shipped_example_cells_are_valid():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "cells"
+    examples = sorted(root.glob("*.json"))
+    assert examples
+    for path in examples:
+        config = CellConfig.load(path)
+        kwargs = grpo_config_kwargs(config, "out")
+        assert kwargs["use_vllm"] is True and kwargs["vllm_mode"] == "colocate" and kwargs["bf16"] is True
+        assert config.generation_batch == 8192 and config.responses_per_step == 512

@@ -124,8 +124,8 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
 
     tokenizer = load_tokenizer(cell.tokenizer)
-    dtype = torch.bfloat16 if cell.bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(cell.model, dtype=dtype)
+    # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
+    model = AutoModelForCausalLM.from_pretrained(cell.model, dtype=torch.float32)
     dataset = build_prompts(cell, tokenizer)
     reward = MathReward(
         answer_format=cell.answer_format, reward_correct=cell.reward_correct, reward_incorrect=cell.reward_incorrect,

@@ -138,7 +138,8 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     tracker = Tracker(cell.mlflow_tracking_uri)
     stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
     callback = CellCallback(cell_dir, cell.checkpoint_steps(), cell.mini_batches, tracker)
-    args = GRPOConfig(**grpo_config_kwargs(cell, str(cell_dir.state)),
+    # use_cpu: without it several CPU processes (torchrun, gloo) are not seen as one distributed job
+    args = GRPOConfig(**grpo_config_kwargs(cell, str(cell_dir.state)), use_cpu=not torch.cuda.is_available(),
                       disable_tqdm=not sys.stderr.isatty())
     trainer = AggregatedGRPOTrainer(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[reward],

@@ -71,3 +71,53 @@ def test_config_hash_depends_on_content_only(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         CellConfig.load(path)
+
+
+def test_launch_command_uses_accelerate_for_several_processes(tmp_path):
+    import sys
+
+    from balagg.train.launch import launch_command
+
+    single = launch_command(cell(), "cell.json", "train", "manifest.json")
+    assert single == [sys.executable, "-m", "balagg", "train", "--cell", "cell.json", "--workdir", "train",
+                      "--out", "manifest.json"]
+    config = tmp_path / "fsdp2.yaml"
+    config.write_text("distributed_type: FSDP\n")
+    multi = launch_command(cell(num_processes=2, accelerate_config=str(config)), "cell.json", "train", "m.json")
+    assert multi[:8] == [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2",
+                         "--config_file", str(config), "-m"]
+    with pytest.raises(ValueError, match="does not exist"):
+        launch_command(cell(num_processes=2, accelerate_config=str(tmp_path / "nope.yaml")), "c", "w", "m")
+
+
+def test_shipped_accelerate_configs_parse():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "accelerate"
+    kinds = {yaml.safe_load(path.read_text())["distributed_type"] for path in root.glob("*.yaml")}
+    assert kinds == {"FSDP", "DEEPSPEED", "MULTI_GPU"}
+
+
+def test_cli_reports_a_bad_cell_in_one_line(tmp_path, capsys):
+    from balagg.cli import main
+
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(BASE | {"clip_high": 0.28}))
+    assert main(["train", "--cell", str(path), "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "m")]) == 2
+    assert "unknown keys ['clip_high']" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_shipped_example_cells_are_valid():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "cells"
+    examples = sorted(root.glob("*.json"))
+    assert examples
+    for path in examples:
+        config = CellConfig.load(path)
+        kwargs = grpo_config_kwargs(config, "out")
+        assert kwargs["use_vllm"] is True and kwargs["vllm_mode"] == "colocate" and kwargs["bf16"] is True
+        assert config.generation_batch == 8192 and config.responses_per_step == 512

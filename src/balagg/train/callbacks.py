@@ -20,11 +20,14 @@ import time
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
 
 from balagg.tracking import Tracker
 from balagg.train.files import CellDir, append_metrics
 
 log = logging.getLogger("balagg.train")
+step_log = logging.getLogger("balagg.train.steps")
+"""One plain line per step; on a terminal it goes only to train.log (the progress bar shows the step)."""
 
 WALL_CLOCK_KEYS = ("step_seconds", "tokens_per_s")
 
@@ -39,6 +42,19 @@ TRL_KEYS = {
 }
 
 
+class StepProgress(ProgressCallback):
+    """Transformers' progress bar, with step, reward and seconds per step as its postfix instead of a
+    printed dict per log."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
+
+    def show(self, row: dict[str, Any]) -> None:
+        if self.training_bar is not None:
+            self.training_bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}",
+                                          s_per_step=f"{row['step_seconds']:.2f}", refresh=False)
+
+
 class CellCallback(TrainerCallback):
     def __init__(self, cell_dir: CellDir, checkpoint_steps: list[int], mini_batches: int, tracker: Tracker) -> None:
         self.cell_dir = cell_dir
@@ -46,6 +62,7 @@ class CellCallback(TrainerCallback):
         self.mini_batches = mini_batches
         self.tracker = tracker
         self.trainer = None  # set by run_cell once the trainer exists
+        self.progress: StepProgress | None = None  # set by run_cell on a terminal
         self._step_start = 0.0
         self._step_seconds = math.nan
         self._logged_step = -1
@@ -102,6 +119,8 @@ class CellCallback(TrainerCallback):
         if state.is_world_process_zero:
             append_metrics(self.cell_dir.metrics, row)
             self.tracker.log_metrics(row, step=step)
-            log.info("step %d/%d reward %.4f acc %.4f pg_loss %.4g len %.1f %.2fs/step", step, state.max_steps,
+            if self.progress is not None:
+                self.progress.show(row)
+            step_log.info("step %d/%d reward %.4f acc %.4f pg_loss %.4g len %.1f %.2fs/step", step, state.max_steps,
                      row["reward_mean"], row["accuracy"], row["pg_loss"], row.get("len_mean", math.nan),
                      row["step_seconds"])

@@ -64,18 +64,28 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
+LOGGERS = ("balagg", "balagg.train.steps", "transformers", "trl")
+
+
 def _attach_log_file(cell_dir: CellDir) -> logging.Handler:
+    """All balagg/transformers/TRL log lines also go to train.log. On a terminal the per-step lines go
+    only there (the progress bar shows them)."""
     handler = logging.FileHandler(cell_dir.log)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("balagg", "transformers", "trl"):
         logging.getLogger(name).addHandler(handler)
     logging.getLogger("balagg").setLevel(logging.INFO)
+    if sys.stderr.isatty():
+        steps = logging.getLogger("balagg.train.steps")
+        steps.propagate = False
+        steps.addHandler(handler)
     return handler
 
 
 def _detach_log_file(handler: logging.Handler) -> None:
-    for name in ("balagg", "transformers", "trl"):
+    for name in LOGGERS:
         logging.getLogger(name).removeHandler(handler)
+    logging.getLogger("balagg.train.steps").propagate = True
     handler.close()
 
 
@@ -97,7 +107,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     from trl import GRPOConfig
 
     from balagg.rewards import MathReward
-    from balagg.train.callbacks import CellCallback
+    from balagg.train.callbacks import CellCallback, StepProgress
     from balagg.train.data import build_prompts
     from balagg.train.trainer import AggregatedGRPOTrainer
 
@@ -114,8 +124,8 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
 
     tokenizer = load_tokenizer(cell.tokenizer)
-    dtype = torch.bfloat16 if cell.bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(cell.model, dtype=dtype)
+    # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
+    model = AutoModelForCausalLM.from_pretrained(cell.model, dtype=torch.float32)
     dataset = build_prompts(cell, tokenizer)
     reward = MathReward(
         answer_format=cell.answer_format, reward_correct=cell.reward_correct, reward_incorrect=cell.reward_incorrect,
@@ -128,15 +138,18 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     tracker = Tracker(cell.mlflow_tracking_uri)
     stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
     callback = CellCallback(cell_dir, cell.checkpoint_steps(), cell.mini_batches, tracker)
-    args = GRPOConfig(**grpo_config_kwargs(cell, str(cell_dir.state)),
+    # use_cpu: without it several CPU processes (torchrun, gloo) are not seen as one distributed job
+    args = GRPOConfig(**grpo_config_kwargs(cell, str(cell_dir.state)), use_cpu=not torch.cuda.is_available(),
                       disable_tqdm=not sys.stderr.isatty())
     trainer = AggregatedGRPOTrainer(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[reward],
         callbacks=[callback], aggregation=cell.aggregator, scope=cell.scope,
     )
     trainer.remove_callback(PrinterCallback)  # plain per-step lines come from the callback's logger
-    if not sys.stderr.isatty():
-        trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(ProgressCallback)
+    if sys.stderr.isatty():
+        callback.progress = StepProgress()
+        trainer.add_callback(callback.progress)
     if trainer.accelerator.num_processes != cell.num_processes:
         raise ValueError(f"cell config says num_processes={cell.num_processes} but "
                          f"{trainer.accelerator.num_processes} processes were launched")

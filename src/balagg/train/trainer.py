@@ -89,7 +89,8 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         local_weights = weights[start:start + local_lengths.numel()].to(local_advantages.device)
         scale = local_weights.to(local_advantages.dtype) * self._aggregation_constant(mode)
         output = dict(output, advantages=local_advantages * scale)
-        self._record_generation_stats(mode, lengths, advantages, group_ids, weights)
+        if mode == "train":  # the statistics of the batch the next optimiser steps train on
+            self._record_generation_stats(mode, lengths, advantages, group_ids, weights)
         return output
 
     def _record_generation_stats(self, mode: str, lengths: torch.Tensor, advantages: torch.Tensor,

@@ -1,0 +1,78 @@
+"""Check: with 2 CPU processes (torchrun, gloo) and groups split across the ranks, AggregatedGRPOTrainer's
+token-agg reproduces TRL's dapo and seq-agg reproduces grpo (per-step losses, final parameters).
+
+12 responses per generation batch (G=4, 3 per rank per micro-batch, GA 2): group 1 has 2 responses on
+each rank. num_iterations 2, SGD (no Adam amplification of rounding), no gradient clipping.
+
+    PYTHONPATH=src python bench/ddp_equivalence.py          # takes ~1-2 min on 2 busy cores
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORKER = r'''
+import os, sys, torch
+torch.set_num_threads(1)
+import trl
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from balagg.tinyworld.model import load_tokenizer
+from balagg.train.trainer import AggregatedGRPOTrainer
+model_dir, loss_type, rule, out = sys.argv[1:5]
+def parity(completions, **_):
+    return [float(len(c) % 2 == 0) for c in completions]
+tok = load_tokenizer(model_dir)
+args = trl.GRPOConfig(output_dir=out, loss_type=loss_type, beta=0.0, num_generations=4, per_device_train_batch_size=3,
+    gradient_accumulation_steps=2, num_iterations=2, max_completion_length=12, max_steps=4, learning_rate=0.1,
+    optim="sgd", lr_scheduler_type="constant", seed=3, max_grad_norm=0.0, logging_steps=1, report_to="none",
+    bf16=False, use_cpu=True, gradient_checkpointing=False, save_strategy="no", disable_tqdm=True,
+    generation_kwargs={"sequence_bias": {(tok.eos_token_id,): 3.0}})
+kw = dict(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, processing_class=tok, reward_funcs=[parity],
+          train_dataset=Dataset.from_list([{"prompt": f"{a}+{b}="} for a in range(4) for b in range(4)]))
+trainer = AggregatedGRPOTrainer(**kw, aggregation=rule) if rule != "none" else trl.GRPOTrainer(**kw)
+assert trainer.accelerator.num_processes == 2
+trainer.train()
+if trainer.accelerator.is_main_process:
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    torch.save({"losses": losses, "params": torch.cat([p.detach().flatten() for p in trainer.model.parameters()])},
+               out + ".pt")
+'''
+
+
+def main() -> None:
+    import torch
+
+    from balagg.tinyworld.model import build_model, build_tokenizer
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    with tempfile.TemporaryDirectory() as root:
+        model_dir = Path(root) / "model"
+        tokenizer = build_tokenizer()
+        build_model("tiny-s", tokenizer, seed=0).save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+        worker = Path(root) / "worker.py"
+        worker.write_text(WORKER)
+        results = {}
+        for name, loss_type, rule in [("dapo", "dapo", "none"), ("token-agg", "dr_grpo", "token-agg"),
+                                      ("grpo", "grpo", "none"), ("seq-agg", "dr_grpo", "seq-agg")]:
+            out = str(Path(root) / name)
+            subprocess.run([torchrun, "--nproc_per_node", "2", str(worker), str(model_dir), loss_type, rule, out],
+                           check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            results[name] = torch.load(out + ".pt")
+    for ours, theirs in (("token-agg", "dapo"), ("seq-agg", "grpo")):
+        a, b = results[ours], results[theirs]
+        loss_diff = max(abs(x - y) for x, y in zip(a["losses"], b["losses"], strict=True))
+        param_diff = float((a["params"] - b["params"]).norm() / b["params"].norm())
+        verdict = "PASS" if loss_diff < 1e-6 and param_diff < 1e-6 else "FAIL"
+        print(f"{ours:<10} vs TRL {theirs:<5}: max |loss diff| {loss_diff:.2e} over {len(a['losses'])} steps, "
+              f"final params rel. L2 diff {param_diff:.2e}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -52,3 +52,4 @@ rule all:
         cell_paths("eval/curve.csv"),
         cell_paths("eval/mlflow.json"),
         analysis_targets(),
+        f"{RESULTS}/analysis/mlflow.json",

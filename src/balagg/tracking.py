@@ -94,3 +94,112 @@ class Tracker:
         except Exception as error:
             self._disable("end_run", error)
         self.active = False
+
+
+# --------------------------------------------------------------------------------------------------
+# Workflow-side tracking: the experiment up front, evaluation curves and analysis artifacts afterwards.
+# Each returns a small status dict (written by the workflow as the rule's output); MLflow failures are
+# reported in it and logged as warnings, never raised, so a tracking outage cannot stop the pipeline.
+# --------------------------------------------------------------------------------------------------
+
+ANALYSIS_RUN_NAME = "analysis"
+
+
+def _connect(uri: str):
+    """mlflow with ``uri`` set, or None (with a warning) when an HTTP server does not answer."""
+    if not _reachable(uri):
+        log.warning("MLflow tracking server %s is unreachable; skipping, files are kept", uri)
+        return None
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    return mlflow
+
+
+def _best_effort(what: str, uri: str, action) -> dict[str, Any]:
+    mlflow = _connect(uri)
+    if mlflow is None:
+        return {"status": "skipped", "reason": f"{uri} unreachable", "tracking_uri": uri}
+    try:
+        return {"status": "ok", "tracking_uri": uri, **action(mlflow)}
+    except Exception as error:  # noqa: BLE001 - tracking must never stop the pipeline
+        log.warning("MLflow %s failed (%s: %s); files are kept", what, type(error).__name__, error)
+        return {"status": "failed", "reason": f"{type(error).__name__}: {error}", "tracking_uri": uri}
+
+
+def setup_experiment(uri: str, experiment: str) -> dict[str, Any]:
+    """Create the tracking store (its tables) and the campaign's experiment once, before any job logs."""
+
+    def action(mlflow):
+        found = mlflow.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else mlflow.create_experiment(experiment)
+        return {"experiment": experiment, "experiment_id": experiment_id}
+
+    return _best_effort("setup", uri, action)
+
+
+def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
+    """The cell's training run: the manifest's, else the run tagged with its cell and config hash, else a
+    new run with the training run's tags (training ran with tracking off)."""
+    if manifest.get("mlflow_run_id"):
+        return manifest["mlflow_run_id"]
+    experiment = manifest["config"]["mlflow_experiment"]
+    mlflow.set_experiment(experiment)
+    runs = mlflow.search_runs(
+        experiment_names=[experiment], output_format="list",
+        filter_string=f"tags.cell = '{manifest['cell']}' and tags.config_hash = '{manifest['config_hash']}'",
+    )
+    if runs:
+        return runs[0].info.run_id
+    tags = {"cell": manifest["cell"], "model": manifest["model"], "dataset": manifest["dataset"],
+            "aggregator": manifest["aggregator"], "seed": str(manifest["seed"]),
+            "config_hash": manifest["config_hash"], "git_commit": str(manifest.get("git_commit"))}
+    with mlflow.start_run(run_name=manifest["cell"], tags=tags) as run:
+        return run.info.run_id
+
+
+def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """``eval/<benchmark>/<metric>`` per training step from ``eval/curve.csv`` rows (finite values only)."""
+    by_step: dict[int, dict[str, float]] = {}
+    for row in curve_rows:
+        step = int(row["step"])
+        for metric in ("acc@8", "best@8"):
+            value = row.get(metric)
+            if value not in (None, "") and math.isfinite(float(value)):
+                by_step.setdefault(step, {})[f"eval/{row['benchmark']}/{metric}"] = float(value)
+    return by_step
+
+
+def log_eval_curve(uri: str, manifest: dict[str, Any], curve_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Evaluation metrics into the cell's run, each at its training step."""
+
+    def action(mlflow):
+        run_id = _cell_run_id(mlflow, manifest)
+        client = mlflow.MlflowClient()
+        metrics = eval_metrics(curve_rows)
+        for step, values in metrics.items():
+            already = {key for key in values if any(m.step == step for m in client.get_metric_history(run_id, key))}
+            for key, value in values.items():
+                if key not in already:  # a rerun attaches to the run without doubling its points
+                    client.log_metric(run_id, key, value, step=step)
+        return {"run_id": run_id, "steps": sorted(metrics)}
+
+    return _best_effort("eval logging", uri, action)
+
+
+def log_analysis(uri: str, experiment: str, files: list[str]) -> dict[str, Any]:
+    """Table 1, the figures and the diagnosis as artifacts of the campaign's one analysis run."""
+
+    def action(mlflow):
+        mlflow.set_experiment(experiment)
+        runs = mlflow.search_runs(experiment_names=[experiment], output_format="list",
+                                  filter_string=f"tags.kind = '{ANALYSIS_RUN_NAME}'")
+        run_id = runs[0].info.run_id if runs else None
+        with mlflow.start_run(run_id=run_id, run_name=ANALYSIS_RUN_NAME, tags={"kind": ANALYSIS_RUN_NAME}) as run:
+            for path in files:
+                mlflow.log_artifact(path)
+            return {"run_id": run.info.run_id, "artifacts": [os.path.basename(p) for p in files]}
+
+    return _best_effort("analysis logging", uri, action)

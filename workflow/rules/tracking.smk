@@ -31,3 +31,22 @@ rule mlflow_log_eval:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg track eval --manifest {input.manifest} --curve {input.curve} --out {output} > {log} 2>&1"
+
+
+rule mlflow_log_analysis:
+    """Table 1, the figures and the diagnosis as artifacts of the campaign's analysis run."""
+    input:
+        analysis_targets(),
+    output:
+        f"{RESULTS}/analysis/mlflow.json",
+    params:
+        uri=tracking_uri(),
+        experiment=CAMPAIGN,
+    log:
+        f"{RESULTS}/logs/mlflow_log_analysis.log",
+    localrule: True
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "python -m balagg track analysis --tracking-uri {params.uri} --experiment {params.experiment}"
+        " --out {output} {input} > {log} 2>&1"

@@ -158,7 +158,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     if trainer.is_world_process_zero():
         run_id = tracker.start(
             experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,
-            tags={"model": cell.model_name, "dataset": cell.dataset_name, "aggregator": cell.aggregator,
+            tags={"cell": cell.output_name, "model": cell.model_name, "dataset": cell.dataset_name, "aggregator": cell.aggregator,
                   "scope": cell.scope, "seed": str(cell.seed), "config_hash": cell.config_hash(),
                   "git_commit": str(git_commit())},
             params=cell.to_dict(),

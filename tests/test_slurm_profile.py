@@ -143,7 +143,10 @@ def test_conda_env_is_valid_and_installs_this_checkout(name):
     env = load_env(name)
     assert set(env) >= {"name", "channels", "dependencies"}
     conda_deps = [dep for dep in env["dependencies"] if isinstance(dep, str)]
-    assert "python=3.11" in conda_deps and "pip" in conda_deps
+    assert "pip" in conda_deps
+    python = [dep.split("=", 1)[1] for dep in conda_deps if dep.startswith("python=")]
+    requires = SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"])
+    assert len(python) == 1 and requires.contains(python[0] + ".0"), f"python={python} outside {requires}"
     editable = [line.split(None, 1)[1] for line in pip_section(env) if line.startswith("-e ")]
     assert len(editable) == 1
     # conda runs pip in the env file's folder, so the path is relative to envs/

@@ -160,15 +160,20 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
         return run.info.run_id
 
 
+def metric_key(benchmark: str, metric: str) -> str:
+    """MLflow name of an eval metric: ``eval/<benchmark>/acc_at_8`` (MLflow refuses '@' in names)."""
+    return f"eval/{benchmark}/{metric.replace('@', '_at_')}"
+
+
 def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
-    """``eval/<benchmark>/<metric>`` per training step from ``eval/curve.csv`` rows (finite values only)."""
+    """:func:`metric_key` -> value per training step from ``eval/curve.csv`` rows (finite values only)."""
     by_step: dict[int, dict[str, float]] = {}
     for row in curve_rows:
         step = int(row["step"])
         for metric in ("acc@8", "best@8"):
             value = row.get(metric)
             if value not in (None, "") and math.isfinite(float(value)):
-                by_step.setdefault(step, {})[f"eval/{row['benchmark']}/{metric}"] = float(value)
+                by_step.setdefault(step, {})[metric_key(row["benchmark"], metric)] = float(value)
     return by_step
 
 

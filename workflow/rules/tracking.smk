@@ -18,7 +18,7 @@ rule mlflow_setup:
 
 
 rule mlflow_log_eval:
-    """Evaluation metrics into the cell's run, at their training steps (eval/<benchmark>/acc@8, ...)."""
+    """Evaluation metrics into the cell's run, at their training steps (eval/<benchmark>/acc_at_8, ...)."""
     input:
         manifest=f"{CELL}/manifest.json",
         curve=f"{CELL}/eval/curve.csv",

@@ -71,9 +71,12 @@ def test_paper_grid_resolves_every_job_up_front(workdir):
     assert counts["collect_curve"] == cells
     assert counts["prepare_data"] == 2 + 6  # two training sets, six benchmarks
     assert "tinyworld_data" not in counts and "tinyworld_model" not in counts
-    # The real grid trains the real models: accelerate with the model's GPU count.
-    assert "accelerate launch --config_file configs/accelerate/zero3.yaml --num_processes 8" in \
-        snakemake("-n", "-p", "--configfile", "configs/paper.yaml", cwd=workdir).stdout
+    # Each training job asks for its model's GPUs (and launches that many processes, see test_train_config).
+    printed = snakemake("-n", "-p", "--configfile", "configs/paper.yaml", cwd=workdir).stdout
+    train_jobs = [job for job in printed.split("\n\n") if "rule train:" in job]
+    gpus = sorted(re.search(r"\bgpu=(\d+)", job).group(1) for job in train_jobs)
+    assert gpus == ["4"] * 6 + ["8"] * 6
+    assert all("python -m balagg train --launch" in job for job in train_jobs)
 
 
 def test_default_grid_is_the_papers_shape_on_the_tiny_world(workdir):

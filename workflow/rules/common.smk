@@ -187,16 +187,6 @@ def model_resource(rule_key, key):
     return lookup
 
 
-def train_launcher(wildcards):
-    """`python` on one device; `accelerate launch` with the cell's GPU count on several."""
-    gpus = config["models"][wildcards.model].get("train_resources", {}).get("gpus", 0)
-    if gpus <= 1:
-        return "python"
-    accelerate_config = train_settings(wildcards.model).get("accelerate_config")
-    config_arg = f"--config_file {accelerate_config} " if accelerate_config else ""
-    return f"accelerate launch {config_arg}--num_processes {gpus}"
-
-
 def analysis_curves(wildcards):
     """Every cell's eval curve (the analysis rules' inputs)."""
     return cell_paths("eval/curve.csv")

@@ -16,7 +16,8 @@ rule cell_config:
 
 
 rule train:
-    """GRPO on TRL with the cell's aggregation rule; resumes from the newest complete checkpoint."""
+    """GRPO on TRL with the cell's aggregation rule; resumes from the newest complete checkpoint.
+    `--launch` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
     input:
         cell=f"{CELL}/cell.json",
         data=f"{RESULTS}/data/train/{{dataset}}.jsonl",
@@ -26,7 +27,6 @@ rule train:
         manifest=f"{CELL}/manifest.json",
     params:
         workdir=f"{CELL}/train",
-        launcher=train_launcher,
     log:
         f"{CELL}/logs/train.log",
     benchmark:
@@ -40,5 +40,5 @@ rule train:
     conda:
         "../../envs/gpu.yaml"
     shell:
-        "{params.launcher} -m balagg train --cell {input.cell} --workdir {params.workdir}"
+        "python -m balagg train --launch --cell {input.cell} --workdir {params.workdir}"
         " --out {output.manifest} > {log} 2>&1"

@@ -66,3 +66,23 @@ def test_step0_statistics_by_hand():
         [{"problem": 0, "text": "\\boxed{3}", "length": n, "truncated": False} for n in (5, 15)], ["3"], 2)
     assert everything_right["accuracy"] == 1.0 and everything_right["in_regime"] is False
     assert everything_right["wrong_longer"] is False and math.isnan(everything_right["len_wrong_mean"])
+
+
+def test_project_verifier_agrees_with_integer_boxes_on_boxed_solutions():
+    """The card uses verify_math where math-verify is installed (the project venv pins it); on every
+    boxed synthetic solution its verdict is the integer comparison's."""
+    pytest.importorskip("math_verify")
+    import random
+
+    from balagg.tinyworld.tasks import flawed_solution, sample_chain, worked_solution
+    from balagg.tinyworld.warmstart import answer_checker
+
+    name, check = answer_checker()
+    assert name.startswith("math-verify")
+    rng = random.Random(0)
+    for _ in range(60):
+        chain = sample_chain(rng, rng.randint(1, 5))
+        gold = str(chain.answer)
+        assert check(worked_solution(chain), gold)
+        wrong_text, _ = flawed_solution(chain, rng, rng.choice(["long", "same"]))
+        assert not check(wrong_text, gold)

@@ -8,8 +8,10 @@ batches are not padded to program length.
 
 Step-0 statistics: sample ``samples_per_problem`` completions per problem at T=1 (top_k=0, top_p=1,
 TRL's sampling) for problems read from the raw training sets *through the real loaders*
-(``balagg.data``), check the last ``\\boxed{}`` against the gold answer by integer comparison, and
-measure lengths in tokens with the EOS counted (TRL's convention; a truncated sample counts
+(``balagg.data``), check each against the gold answer with the project's math verifier
+(``balagg.evaluation.math.verify_math``, the trainer's reward) where math-verify is installed, else by
+integer comparison of the last ``\\boxed{}`` (the same verdicts on these integer answers whenever a
+box is present; the card names the one used), and measure lengths in tokens with the EOS counted (TRL's convention; a truncated sample counts
 ``max_new_tokens``). The regime the paper's aggregation rules need (issue 4): accuracy in [0.2, 0.8],
 length CV >= 0.3 and, in at least one model/dataset pair, wrong answers longer than right ones.
 """
@@ -20,6 +22,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from balagg.tinyworld.model import PROMPT_TEMPLATE
@@ -105,7 +108,7 @@ def warm_start(model, tokenizer, config: WarmStartConfig) -> dict:
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
     model.train()
-    start, losses, tokens = time.perf_counter(), [], 0
+    start, cpu_start, losses, tokens = time.perf_counter(), time.process_time(), [], 0
     for step, batch in enumerate(batches):
         ids, mask, labels = _collate(batch, tokenizer.pad_token_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
@@ -123,6 +126,7 @@ def warm_start(model, tokenizer, config: WarmStartConfig) -> dict:
     return {
         **asdict(config),
         "seconds": round(time.perf_counter() - start, 2),
+        "cpu_seconds": round(time.process_time() - cpu_start, 2),
         "loss_first": sum(losses[:window]) / window,
         "loss_last": sum(losses[-window:]) / window,
         "tokens": tokens,
@@ -140,6 +144,24 @@ def boxed_integer(text: str) -> int | None:
         return int(content.strip())
     except ValueError:
         return None
+
+
+def answer_checker() -> tuple[str, Callable[[str, str], bool]]:
+    """``(description, check(text, gold) -> bool)``: the project's math verifier when its pinned
+    math-verify is installed, otherwise integer comparison of the last ``\\boxed{}``."""
+    try:
+        from balagg.evaluation.math import verifier_info, verify_math
+
+        info = verifier_info()
+        return f"{info['name']} {info['version']} (balagg.evaluation.math.verify_math)", verify_math
+    except (ImportError, RuntimeError) as error:
+        log.info("math verifier unavailable (%s); using integer comparison of the last \\boxed{}", error)
+
+    def integer_boxed(text: str, gold: str) -> bool:
+        predicted = boxed_integer(text)
+        return predicted is not None and predicted == int(gold)
+
+    return "integer comparison of the last \\boxed{} (balagg.tinyworld.warmstart.boxed_integer)", integer_boxed
 
 
 def sample_completions(model, tokenizer, problems: list[str], samples_per_problem: int, *,
@@ -171,16 +193,17 @@ def sample_completions(model, tokenizer, problems: list[str], samples_per_proble
     return samples
 
 
-def step0_statistics(samples: list[dict], answers: list[str], samples_per_problem: int) -> dict:
+def step0_statistics(samples: list[dict], answers: list[str], samples_per_problem: int,
+                     check: Callable[[str, str], bool] | None = None) -> dict:
     """Accuracy and length statistics of sampled completions (module doc); within-group length
-    diagnostics come from ``balagg.aggregation.length_diagnostics`` with GRPO advantages."""
+    diagnostics come from ``balagg.aggregation.length_diagnostics`` with GRPO advantages. ``check``
+    defaults to :func:`answer_checker`'s."""
     from balagg.aggregation import group_advantages, length_diagnostics
 
+    check = check or answer_checker()[1]
     rewards, lengths, groups = [], [], []
     for sample in samples:
-        predicted = boxed_integer(sample["text"])
-        gold = int(answers[sample["problem"]])
-        rewards.append(1.0 if predicted is not None and predicted == gold else 0.0)
+        rewards.append(1.0 if check(sample["text"], answers[sample["problem"]]) else 0.0)
         lengths.append(float(sample["length"]))
         groups.append(sample["problem"])
     right = [n for n, r in zip(lengths, rewards) if r > 0]
@@ -273,12 +296,13 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     sft = warm_start(model, tokenizer, config)
     log.info("tinyworld %s: warm start took %.1f s, loss %.3f -> %.3f", size, sft["seconds"], sft["loss_first"],
              sft["loss_last"])
+    verifier, check = answer_checker()
     datasets, sampling_seconds = {}, time.perf_counter()
     for k, name in enumerate(train_sets):
         problems, answers = read_training_problems(raw_dir, name, card_problems)
         samples = sample_completions(model, tokenizer, problems, samples_per_problem,
                                      max_new_tokens=max_new_tokens, seed=seed + k)
-        datasets[name] = step0_statistics(samples, answers, samples_per_problem)
+        datasets[name] = step0_statistics(samples, answers, samples_per_problem, check=check)
     sampling_seconds = round(time.perf_counter() - sampling_seconds, 2)
     card = {
         "model": size,
@@ -292,7 +316,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
         "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": max_new_tokens,
                      "samples_per_problem": samples_per_problem, "problems_per_dataset": card_problems,
                      "seconds": sampling_seconds},
-        "verifier": "integer comparison of the last \\boxed{} (balagg.tinyworld.warmstart.boxed_integer)",
+        "verifier": verifier,
         "length_unit": "tokens, EOS included; truncated samples count max_new_tokens",
         "datasets": datasets,
     }

@@ -8,7 +8,7 @@ operation and a final box:
 
 A *flawed* solution (warm-start data only) gets one step, chosen uniformly, wrong by a near miss that
 keeps the rest of the chain in 0..9; the error propagates to a wrong box. Style ``long`` also repeats the
-step before the error 1-3 times (wrong answers ramble, so they are longer than right ones); style
+step before the error 2-4 times (wrong answers ramble, so they are longer than right ones); style
 ``same`` does not (wrong and right answers have the same length).
 
 Two training tasks differ in difficulty and length profile, like DAPO-Math-17k and Polaris:
@@ -134,7 +134,7 @@ def _render_flawed(chain: Chain, values: list[int], j: int, style: str, rng: ran
         value = result
     if style == "long":
         repeated = max(j - 1, 0)  # the step before the error (the error itself when it is the first)
-        steps[repeated + 1:repeated + 1] = [steps[repeated]] * rng.randint(1, 3)
+        steps[repeated + 1:repeated + 1] = [steps[repeated]] * rng.randint(2, 4)
     return " ".join(steps + [_box(values[-1])])
 
 
@@ -156,8 +156,8 @@ class ArithmeticTask:
 
 
 TRAIN_TASKS: dict[str, ArithmeticTask] = {
-    "dapo-math-17k": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1, 4: 1}, error_style="long", p_wrong=0.4),
-    "polaris-53k": ArithmeticTask("Evaluate", {1: 0.3, 2: 0.15, 3: 0.15, 4: 0.25, 5: 0.15},
+    "dapo-math-17k": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1, 4: 1}, error_style="long", p_wrong=0.3),
+    "polaris-53k": ArithmeticTask("Evaluate", {1: 0.35, 2: 0.1, 3: 0.1, 4: 0.25, 5: 0.2},
                                   error_style="same", p_wrong=0.3),
 }
 """The two training tasks, keyed by the real training set whose schema they are written in."""

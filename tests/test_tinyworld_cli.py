@@ -59,3 +59,30 @@ def test_model_command_saves_a_loadable_model_and_its_card(tmp_path):
     model, tokenizer = load_checkpoint(out)
     assert sum(p.numel() for p in model.parameters()) == card["parameters"]
     assert torch.isfinite(model(torch.tensor([tokenizer.encode("Compute 1+2.")])).logits).all()
+
+
+def test_card_command_merges_model_cards(tmp_path):
+    def stats(acc, cv, right, wrong):
+        return {"accuracy": acc, "len_cv": cv, "len_right_mean": right, "len_wrong_mean": wrong,
+                "in_regime": 0.2 <= acc <= 0.8 and cv >= 0.3, "wrong_longer": wrong > right}
+
+    cards = []
+    for model, polaris_cv in (("tiny-s", 0.31), ("tiny-m", 0.25)):
+        card = {"model": model, "regime": {"met": True},
+                "datasets": {"dapo-math-17k": stats(0.3, 0.35, 29.0, 37.0), "polaris-53k": stats(0.4, polaris_cv, 30, 30)}}
+        path = tmp_path / model / "card.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(card))
+        cards.append(str(path))
+    out = tmp_path / "data" / "card.json"
+    result = run_cli("tinyworld", "card", "--cards", *cards, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    merged = json.loads(out.read_text())
+    assert set(merged["models"]) == {"tiny-s", "tiny-m"} and len(merged["table"]) == 4
+    assert merged["regime_met"] is False  # tiny-m x polaris has length CV 0.25
+    assert "tinyworld tiny-s step 0: dapo-math-17k acc 0.300" in result.stdout
+    assert "regime met over the grid: False" in result.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    result = run_cli("tinyworld", "card", "--cards", str(bad), "--out", str(out))
+    assert result.returncode == 2 and "not a tiny-world model card" in result.stderr

@@ -333,3 +333,42 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     os.replace(tmp, out / "card.json")
     log.info(summary_line(size, card))
     return card
+
+
+def merge_cards(card_paths, out) -> dict:
+    """One data card for the campaign from the per-model ``card.json`` files.
+
+    ``{"models": {model: card}, "table": [{"model", "dataset", "accuracy", "len_cv", "len_right_mean",
+    "len_wrong_mean", "in_regime", "wrong_longer"}, ...], "regime_met": bool}``; ``regime_met`` is the
+    issue's condition over the grid: every pair in range and wrong answers longer in at least one pair.
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    models = {}
+    for path in card_paths:
+        path = Path(path)
+        try:
+            card = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"cannot read model card {path}: {error}") from None
+        if "datasets" not in card or "model" not in card:
+            raise ValueError(f"{path} is not a tiny-world model card (no 'model'/'datasets')")
+        models[card["model"]] = card
+    if not models:
+        raise ValueError("no model cards given")
+    keys = ("accuracy", "len_cv", "len_right_mean", "len_wrong_mean", "in_regime", "wrong_longer")
+    table = [{"model": m, "dataset": d, **{k: s[k] for k in keys}}
+             for m, card in models.items() for d, s in card["datasets"].items()]
+    merged = {
+        "models": models,
+        "table": table,
+        "regime_met": all(r["in_regime"] for r in table) and any(r["wrong_longer"] for r in table),
+    }
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, out)
+    return merged

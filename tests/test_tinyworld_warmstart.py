@@ -86,3 +86,29 @@ def test_project_verifier_agrees_with_integer_boxes_on_boxed_solutions():
         assert check(worked_solution(chain), gold)
         wrong_text, _ = flawed_solution(chain, rng, rng.choice(["long", "same"]))
         assert not check(wrong_text, gold)
+
+
+@pytest.mark.slow
+def test_reduced_warm_start_reaches_the_step0_regime(tmp_path):
+    """tiny-s warm-started for 600 steps (the default uses 800) and a 32-problem card already sits in
+    the regime the aggregation rules need: accuracy in [0.2, 0.8] and length CV >= 0.3 on both
+    training sets, wrong answers clearly longer than right ones where they ramble (dapo-math-17k).
+    About 60-90 s on an idle core."""
+    from balagg.tinyworld.raw import TRAIN_SETS, write_raw
+    from balagg.tinyworld.warmstart import build_warm_model
+
+    write_raw(tmp_path / "raw", seed=0, train_problems=32, bench_problems=1, names=TRAIN_SETS)
+    card = build_warm_model("tiny-s", tmp_path / "raw", tmp_path / "model", seed=0,
+                            config=WarmStartConfig(steps=600, seed=0), card_problems=32, samples_per_problem=8)
+    assert set(card["datasets"]) == set(TRAIN_SETS)
+    for name, stats in card["datasets"].items():
+        assert stats["n_samples"] == 256
+        assert 0.2 <= stats["accuracy"] <= 0.8, (name, stats)
+        assert stats["len_cv"] >= 0.3, (name, stats)
+        assert stats["truncation_rate"] < 0.05
+    dapo = card["datasets"]["dapo-math-17k"]
+    assert dapo["len_wrong_mean"] > dapo["len_right_mean"] + 3
+    assert dapo["len_neg_mean"] > dapo["len_pos_mean"]  # also inside mixed groups, where the loss sees it
+    assert card["regime"]["met"] is True
+    assert json.loads((tmp_path / "model" / "card.json").read_text())["datasets"] == json.loads(
+        json.dumps(card["datasets"]))

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from balagg.tinyworld.model import build_tokenizer, load_checkpoint  # noqa: E402
 from balagg.tinyworld.warmstart import (  # noqa: E402
     WarmStartConfig,
+    _nan_to_none,
     _collate,
     _lr_factor,
     boxed_integer,
@@ -39,6 +40,11 @@ def test_collate_labels_only_completion_tokens():
     ids, mask, labels = _collate([([5], [8, 1]), ([5, 6], [9, 9, 9, 1])], pad_id=0)
     assert ids[0].tolist() == [5, 8, 1, 0, 0, 0] and mask[0].tolist() == [1, 1, 1, 0, 0, 0]
     assert labels[0].tolist() == [-100, 8, 1, -100, -100, -100]
+
+
+def test_undefined_statistics_are_written_as_null():
+    assert _nan_to_none({"a": float("nan"), "b": [1.5, float("nan")], "c": "x"}) == {"a": None, "b": [1.5, None], "c": "x"}
+    assert json.dumps(_nan_to_none({"a": float("nan")})) == '{"a": null}'
 
 
 def test_boxed_integer():
@@ -110,5 +116,4 @@ def test_reduced_warm_start_reaches_the_step0_regime(tmp_path):
     assert dapo["len_wrong_mean"] > dapo["len_right_mean"] + 3
     assert dapo["len_neg_mean"] > dapo["len_pos_mean"]  # also inside mixed groups, where the loss sees it
     assert card["regime"]["met"] is True
-    assert json.loads((tmp_path / "model" / "card.json").read_text())["datasets"] == json.loads(
-        json.dumps(card["datasets"]))
+    assert json.loads((tmp_path / "model" / "card.json").read_text())["datasets"] == card["datasets"]

@@ -272,6 +272,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     The card holds the step-0 statistics per training set found in ``raw_dir`` (its manifest), the
     warm-start summary, the model shape and the seeds; it is returned too.
     """
+    import hashlib
     import json
     import os
     from pathlib import Path
@@ -297,20 +298,20 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     log.info("tinyworld %s: warm start took %.1f s, loss %.3f -> %.3f", size, sft["seconds"], sft["loss_first"],
              sft["loss_last"])
     verifier, check = answer_checker()
-    datasets, sampling_seconds = {}, time.perf_counter()
+    datasets, sampling_start = {}, time.perf_counter()
     for k, name in enumerate(train_sets):
         problems, answers = read_training_problems(raw_dir, name, card_problems)
         samples = sample_completions(model, tokenizer, problems, samples_per_problem,
                                      max_new_tokens=max_new_tokens, seed=seed + k)
         datasets[name] = step0_statistics(samples, answers, samples_per_problem, check=check)
-    sampling_seconds = round(time.perf_counter() - sampling_seconds, 2)
+    sampling_seconds = round(time.perf_counter() - sampling_start, 2)
     card = {
         "model": size,
         "shape": size_summary(size),
         "parameters": sum(p.numel() for p in model.parameters()),
         "seed": seed,
         "data_seed": manifest.get("seed"),
-        "raw_manifest_sha256": __import__("hashlib").sha256(manifest_path.read_bytes()).hexdigest(),
+        "raw_manifest_sha256": hashlib.sha256(manifest_path.read_bytes()).hexdigest(),
         "prompt_template": PROMPT_TEMPLATE,
         "warm_start": sft,
         "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": max_new_tokens,
@@ -327,12 +328,23 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     }
     card["regime"]["met"] = card["regime"]["all_in_regime"] and bool(card["regime"]["wrong_longer_in"])
     save_checkpoint(model, tokenizer, out, metadata={k: card[k] for k in ("model", "shape", "seed", "prompt_template")})
-    text = json.dumps(card, indent=2, sort_keys=True, allow_nan=True) + "\n"
+    text = json.dumps(_nan_to_none(card), indent=2, sort_keys=True, allow_nan=False) + "\n"
     tmp = out / ".card.json.tmp"
     tmp.write_text(text)
     os.replace(tmp, out / "card.json")
     log.info(summary_line(size, card))
     return card
+
+
+def _nan_to_none(value):
+    """JSON has no NaN: undefined statistics (no wrong answer, no mixed group) become null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return value
 
 
 def merge_cards(card_paths, out) -> dict:

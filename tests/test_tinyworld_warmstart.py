@@ -90,7 +90,7 @@ def test_project_verifier_agrees_with_integer_boxes_on_boxed_solutions():
         chain = sample_chain(rng, rng.randint(1, 5))
         gold = str(chain.answer)
         assert check(worked_solution(chain), gold)
-        wrong_text, _ = flawed_solution(chain, rng, rng.choice(["long", "same"]))
+        wrong_text, _ = flawed_solution(chain, rng, rng.choice(["long", "same", "short"]))
         assert not check(wrong_text, gold)
 
 

@@ -169,7 +169,7 @@ class ArithmeticTask:
 
 
 TRAIN_TASKS: dict[str, ArithmeticTask] = {
-    "dapo-math-17k": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1, 4: 1}, error_style="long", p_wrong=0.3),
+    "dapo-math-17k": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1, 4: 1}, error_style="long", p_wrong=0.2),
     "polaris-53k": ArithmeticTask("Evaluate", {1: 0.25, 2: 0.2, 3: 0.2, 4: 0.2, 5: 0.15},
                                   error_style="short", p_wrong=0.3),
 }

@@ -19,10 +19,10 @@ Two training tasks differ in difficulty and length profile, like DAPO-Math-17k a
   errors cut the solution short.
 
 The verb tells the warm-started model which error style it imitates, so one warm start per model gives
-two length profiles. Measured at step 0 (tiny-s, 800 warm-start steps, 64 problems x 8 samples): on
-dapo-math-17k wrong answers ramble (36.0 vs 25.7 tokens, length CV 0.37); on polaris-53k the length CV is
-higher (0.48) and wrong answers are still longer on average (26.9 vs 21.9), because the longer chains are
-the ones that fail more often -- the shortcut errors only narrow the gap.
+two length profiles. Measured at step 0 (800 warm-start steps, 64 problems x 8 samples, right/wrong mean
+tokens): on dapo-math-17k wrong answers ramble (tiny-s 25.7/36.0, tiny-m 27.6/35.4; length CV 0.37); on
+polaris-53k the length CV is higher (0.48) and the sign depends on the model: tiny-s 21.9/26.9 (longer
+chains fail more often, which outweighs the shortcuts), tiny-m 26.0/23.9 (wrong answers shorter).
 
 Code task (the LiveCodeBench stand-in): ``Write a function calc(x) that returns x-1+5.`` (call-based,
 LeetCode-like) or ``Read an integer x from standard input and print x+4-2.`` (stdin, AtCoder-like); the

@@ -176,3 +176,25 @@ def test_bad_arguments_are_rejected(tmp_path):
         write_raw(tmp_path, seed=0, train_problems=0)
     with pytest.raises(ValueError, match="unknown tiny-world dataset"):
         write_raw(tmp_path, seed=0, names=("gsm8k",))
+
+
+def test_livecodebench_gold_programs_pass_the_evaluation_sandbox(raw, tmp_path):
+    """The synthetic code benchmark, read by the real loader and graded by the real sandbox: each gold
+    program (as a model would write it, in a fenced block) passes all its tests; an off-by-one fails."""
+    from balagg.data import prepare
+    from balagg.evaluation.sandbox import Sandbox, SandboxLimits, extract_code, isolation_mode
+    from balagg.tinyworld.tasks import CodeProblem
+
+    if isolation_mode() != "namespaces":
+        pytest.skip("the evaluation sandbox needs root and unshare")
+    out, _ = raw
+    prepare("livecodebench", out / "livecodebench", tmp_path / "lcb.jsonl", role="benchmark")
+    records = [json.loads(line) for line in (tmp_path / "lcb.jsonl").read_text().splitlines()][:4]
+    sandbox = Sandbox(SandboxLimits(timeout_s=3.0))
+    for record in records:
+        expression = re.search(r"(x[0-9+-]+)\.$", record["problem"]).group(1)
+        ops = tuple((m[0], int(m[1:])) for m in re.findall(r"[+-]\d", expression))
+        gold = CodeProblem(ops=ops, call_based=record["fn_name"] is not None).solution
+        assert sandbox.run(extract_code(gold), record["tests"], record["fn_name"]).passed, record["id"]
+        wrong = extract_code(gold).replace(expression, expression + "+1")
+        assert not sandbox.run(wrong, record["tests"], record["fn_name"]).passed

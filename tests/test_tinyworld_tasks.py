@@ -48,22 +48,26 @@ def test_worked_solutions_are_correct_chains_in_range(n_steps):
 
 def test_flawed_solutions_box_a_wrong_answer_and_ramble_only_in_long_style():
     rng = random.Random(0)
-    extra = {"long": [], "same": []}
+    extra = {"long": [], "same": [], "short": []}
     for _ in range(300):
         chain = sample_chain(rng, rng.randint(1, 4))
         right = worked_solution(chain)
-        for style in ("long", "same"):
+        for style in ("long", "same", "short"):
             text, wrong = flawed_solution(chain, rng, style)
             steps, boxed = parse(text)
             assert boxed == wrong != chain.answer
             assert all(0 <= c <= 9 for *_, c in steps)
             arithmetic_errors = sum(c != (a + b if op == "+" else a - b) for a, op, b, c in steps)
-            assert arithmetic_errors >= 1  # at least the one near miss (repeats of it in long style)
+            if style == "short":  # at most one correct step, then a guess
+                assert arithmetic_errors == 0 and len(steps) <= min(1, chain.n_steps - 1)
+            else:
+                assert arithmetic_errors >= 1  # at least the one near miss (repeats of it in long style)
             extra[style].append(len(text) - len(right))
     assert all(d == 0 for d in extra["same"])  # same length as the right solution
-    assert all(d > 0 for d in extra["long"]) and 7 <= sum(extra["long"]) / len(extra["long"]) <= 21
+    assert all(d < 0 for d in extra["short"])
+    assert all(d > 0 for d in extra["long"]) and 14 <= sum(extra["long"]) / len(extra["long"]) <= 28
     with pytest.raises(ValueError, match="unknown error style"):
-        flawed_solution(sample_chain(rng, 2), rng, "short")
+        flawed_solution(sample_chain(rng, 2), rng, "rambling")
 
 
 def test_training_tasks_differ_in_difficulty_and_length_profile():
@@ -76,7 +80,7 @@ def test_training_tasks_differ_in_difficulty_and_length_profile():
         stats[name] = (mean, cv)
     assert stats["polaris-53k"][0] > stats["dapo-math-17k"][0]  # longer chains on average
     assert stats["polaris-53k"][1] > stats["dapo-math-17k"][1] + 0.03  # and a wider spread
-    assert TRAIN_TASKS["dapo-math-17k"].error_style == "long" and TRAIN_TASKS["polaris-53k"].error_style == "same"
+    assert TRAIN_TASKS["dapo-math-17k"].error_style == "long" and TRAIN_TASKS["polaris-53k"].error_style == "short"
     assert {t.verb for t in BENCH_TASKS.values()} == {t.verb for t in TRAIN_TASKS.values()}
 
 

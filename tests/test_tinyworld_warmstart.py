@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from balagg.tinyworld.model import build_tokenizer, load_checkpoint  # noqa: E402
 from balagg.tinyworld.warmstart import (  # noqa: E402
     WarmStartConfig,
+    _nan_to_none,
     _collate,
     _lr_factor,
     boxed_integer,
@@ -41,6 +42,11 @@ def test_collate_labels_only_completion_tokens():
     assert labels[0].tolist() == [-100, 8, 1, -100, -100, -100]
 
 
+def test_undefined_statistics_are_written_as_null():
+    assert _nan_to_none({"a": float("nan"), "b": [1.5, float("nan")], "c": "x"}) == {"a": None, "b": [1.5, None], "c": "x"}
+    assert json.dumps(_nan_to_none({"a": float("nan")})) == '{"a": null}'
+
+
 def test_boxed_integer():
     assert boxed_integer("1+2=3. \\boxed{3}") == 3
     assert boxed_integer("\\boxed{1} then \\boxed{-4}") == -4
@@ -66,3 +72,48 @@ def test_step0_statistics_by_hand():
         [{"problem": 0, "text": "\\boxed{3}", "length": n, "truncated": False} for n in (5, 15)], ["3"], 2)
     assert everything_right["accuracy"] == 1.0 and everything_right["in_regime"] is False
     assert everything_right["wrong_longer"] is False and math.isnan(everything_right["len_wrong_mean"])
+
+
+def test_project_verifier_agrees_with_integer_boxes_on_boxed_solutions():
+    """The card uses verify_math where math-verify is installed (the project venv pins it); on every
+    boxed synthetic solution its verdict is the integer comparison's."""
+    pytest.importorskip("math_verify")
+    import random
+
+    from balagg.tinyworld.tasks import flawed_solution, sample_chain, worked_solution
+    from balagg.tinyworld.warmstart import answer_checker
+
+    name, check = answer_checker()
+    assert name.startswith("math-verify")
+    rng = random.Random(0)
+    for _ in range(60):
+        chain = sample_chain(rng, rng.randint(1, 5))
+        gold = str(chain.answer)
+        assert check(worked_solution(chain), gold)
+        wrong_text, _ = flawed_solution(chain, rng, rng.choice(["long", "same", "short"]))
+        assert not check(wrong_text, gold)
+
+
+@pytest.mark.slow
+def test_reduced_warm_start_reaches_the_step0_regime(tmp_path):
+    """tiny-s warm-started for 600 steps (the default uses 800) and a 32-problem card already sits in
+    the regime the aggregation rules need: accuracy in [0.2, 0.8] and length CV >= 0.3 on both
+    training sets, wrong answers clearly longer than right ones where they ramble (dapo-math-17k).
+    About 60-90 s on an idle core."""
+    from balagg.tinyworld.raw import TRAIN_SETS, write_raw
+    from balagg.tinyworld.warmstart import build_warm_model
+
+    write_raw(tmp_path / "raw", seed=0, train_problems=32, bench_problems=1, names=TRAIN_SETS)
+    card = build_warm_model("tiny-s", tmp_path / "raw", tmp_path / "model", seed=0,
+                            config=WarmStartConfig(steps=600, seed=0), card_problems=32, samples_per_problem=8)
+    assert set(card["datasets"]) == set(TRAIN_SETS)
+    for name, stats in card["datasets"].items():
+        assert stats["n_samples"] == 256
+        assert 0.2 <= stats["accuracy"] <= 0.8, (name, stats)
+        assert stats["len_cv"] >= 0.3, (name, stats)
+        assert stats["truncation_rate"] < 0.05
+    dapo = card["datasets"]["dapo-math-17k"]
+    assert dapo["len_wrong_mean"] > dapo["len_right_mean"] + 3
+    assert dapo["len_neg_mean"] > dapo["len_pos_mean"]  # also inside mixed groups, where the loss sees it
+    assert card["regime"]["met"] is True
+    assert json.loads((tmp_path / "model" / "card.json").read_text())["datasets"] == card["datasets"]

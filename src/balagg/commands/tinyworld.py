@@ -4,10 +4,13 @@
                    file layouts, plus manifest.json (balagg.tinyworld.raw)
   tinyworld model  a random-init tiny Qwen2 of a named size, warm-started by a short supervised run,
                    saved with save_pretrained, and its step-0 data card card.json (written last)
+  tinyworld card   merge the models' card.json files into the campaign's data card (one log line
+                   per model)
 
 Examples:
   python -m balagg tinyworld data --out results/default/tinyworld/raw --seed 0
   python -m balagg tinyworld model --size tiny-s --raw results/default/tinyworld/raw --out results/default/models/tiny-s
+  python -m balagg tinyworld card --cards results/default/models/*/card.json --out results/default/data/card.json
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--max-new-tokens", type=_positive, default=96)
     model.set_defaults(func=run_model)
 
+    card = actions.add_parser("card", help="merge per-model card.json files into one data card")
+    card.add_argument("--cards", nargs="+", required=True, help="the models' card.json files")
+    card.add_argument("--out", required=True, help="the merged data card (JSON)")
+    card.set_defaults(func=run_card)
+
 
 def run_data(args: argparse.Namespace) -> int:
     from balagg.tinyworld.raw import write_raw
@@ -71,4 +79,14 @@ def run_model(args: argparse.Namespace) -> int:
                             card_problems=args.card_problems, samples_per_problem=args.card_samples,
                             max_new_tokens=args.max_new_tokens)
     print(summary_line(args.size, card))
+    return 0
+
+
+def run_card(args: argparse.Namespace) -> int:
+    from balagg.tinyworld.warmstart import merge_cards, summary_line
+
+    merged = merge_cards(args.cards, args.out)
+    for name, card in merged["models"].items():
+        print(summary_line(name, card))
+    print(f"tinyworld data card {args.out}: step-0 regime met over the grid: {merged['regime_met']}")
     return 0

@@ -8,17 +8,21 @@ operation and a final box:
 
 A *flawed* solution (warm-start data only) gets one step, chosen uniformly, wrong by a near miss that
 keeps the rest of the chain in 0..9; the error propagates to a wrong box. Style ``long`` also repeats the
-step before the error 1-3 times (wrong answers ramble, so they are longer than right ones); style
-``same`` does not (wrong and right answers have the same length).
+step before the error 2-4 times (wrong answers ramble, so they are longer than right ones); style
+``same`` does not (wrong and right answers have the same length); style ``short`` instead writes at
+most one correct step and boxes a wrong guess (wrong answers are shorter; tinyworld.md §2.1).
 
 Two training tasks differ in difficulty and length profile, like DAPO-Math-17k and Polaris:
 
 - ``dapo-math-17k``: verb ``Compute``, 1-4 steps uniformly, warm-start errors ramble.
-- ``polaris-53k``: verb ``Evaluate``, 1-5 steps with many short and many long chains (a wider length
-  spread, harder on average), warm-start errors do not ramble.
+- ``polaris-53k``: verb ``Evaluate``, 1-5 steps (harder on average, a wider length spread), warm-start
+  errors cut the solution short.
 
 The verb tells the warm-started model which error style it imitates, so one warm start per model gives
-one dataset where wrong answers are longer and one control dataset.
+two length profiles. Measured at step 0 (800 warm-start steps, 64 problems x 8 samples, right/wrong mean
+tokens): on dapo-math-17k wrong answers ramble (tiny-s 25.7/36.0, tiny-m 27.6/35.4; length CV 0.37); on
+polaris-53k the length CV is higher (0.48) and the sign depends on the model: tiny-s 21.9/26.9 (longer
+chains fail more often, which outweighs the shortcuts), tiny-m 26.0/23.9 (wrong answers shorter).
 
 Code task (the LiveCodeBench stand-in): ``Write a function calc(x) that returns x-1+5.`` (call-based,
 LeetCode-like) or ``Read an integer x from standard input and print x+4-2.`` (stdin, AtCoder-like); the
@@ -100,10 +104,21 @@ def worked_solution(chain: Chain) -> str:
     return " ".join(steps + [_box(chain.answer)])
 
 
+ERROR_STYLES = ("long", "same", "short")
+
+
 def flawed_solution(chain: Chain, rng: random.Random, style: str) -> tuple[str, int]:
-    """A wrong solution and its (wrong) boxed answer; ``style`` is ``long`` or ``same`` (module doc)."""
-    if style not in ("long", "same"):
-        raise ValueError(f"unknown error style {style!r}; use 'long' or 'same'")
+    """A wrong solution and its (wrong) boxed answer; ``style`` is one of ``ERROR_STYLES`` (module doc)."""
+    if style not in ERROR_STYLES:
+        raise ValueError(f"unknown error style {style!r}; use one of {', '.join(ERROR_STYLES)}")
+    if style == "short":  # at most one (correct) step, then a guess
+        kept = rng.randint(0, min(1, chain.n_steps - 1))
+        steps, value = [], chain.start
+        for (op, b), result in zip(chain.ops[:kept], chain.values[:kept]):
+            steps.append(_step_text(value, op, b, result))
+            value = result
+        guess = rng.choice([v for v in range(MIN_VALUE, MAX_VALUE + 1) if v != chain.answer])
+        return " ".join(steps + [_box(guess)]), guess
     order = list(range(chain.n_steps))
     rng.shuffle(order)
     for j in order:  # the first step (random order) that admits an in-range near miss
@@ -134,7 +149,7 @@ def _render_flawed(chain: Chain, values: list[int], j: int, style: str, rng: ran
         value = result
     if style == "long":
         repeated = max(j - 1, 0)  # the step before the error (the error itself when it is the first)
-        steps[repeated + 1:repeated + 1] = [steps[repeated]] * rng.randint(1, 3)
+        steps[repeated + 1:repeated + 1] = [steps[repeated]] * rng.randint(2, 4)
     return " ".join(steps + [_box(values[-1])])
 
 
@@ -144,7 +159,7 @@ class ArithmeticTask:
 
     verb: str
     steps: dict[int, float]  # number of operations -> relative weight
-    error_style: str  # style of flawed warm-start solutions: "long" or "same"
+    error_style: str  # style of flawed warm-start solutions: one of ERROR_STYLES
     p_wrong: float  # share of flawed solutions in the warm-start data
 
     def sample(self, rng: random.Random) -> Chain:
@@ -156,17 +171,17 @@ class ArithmeticTask:
 
 
 TRAIN_TASKS: dict[str, ArithmeticTask] = {
-    "dapo-math-17k": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1, 4: 1}, error_style="long", p_wrong=0.4),
-    "polaris-53k": ArithmeticTask("Evaluate", {1: 0.3, 2: 0.15, 3: 0.15, 4: 0.25, 5: 0.15},
-                                  error_style="same", p_wrong=0.3),
+    "dapo-math-17k": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1, 4: 1}, error_style="long", p_wrong=0.2),
+    "polaris-53k": ArithmeticTask("Evaluate", {1: 0.25, 2: 0.2, 3: 0.2, 4: 0.2, 5: 0.15},
+                                  error_style="short", p_wrong=0.3),
 }
 """The two training tasks, keyed by the real training set whose schema they are written in."""
 
 BENCH_TASKS: dict[str, ArithmeticTask] = {
     "math500": TRAIN_TASKS["dapo-math-17k"],
     "aime24": ArithmeticTask("Compute", {4: 1}, "long", 0.0),
-    "aime25": ArithmeticTask("Evaluate", {4: 1, 5: 1}, "same", 0.0),
-    "olympiadbench": ArithmeticTask("Evaluate", {2: 1, 3: 1, 4: 1}, "same", 0.0),
+    "aime25": ArithmeticTask("Evaluate", {4: 1, 5: 1}, "short", 0.0),
+    "olympiadbench": ArithmeticTask("Evaluate", {2: 1, 3: 1, 4: 1}, "short", 0.0),
     "minerva": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1}, "long", 0.0),
 }
 """The five math benchmarks: in-distribution (math500), hard (aime24/25), the Evaluate task

@@ -8,8 +8,10 @@ batches are not padded to program length.
 
 Step-0 statistics: sample ``samples_per_problem`` completions per problem at T=1 (top_k=0, top_p=1,
 TRL's sampling) for problems read from the raw training sets *through the real loaders*
-(``balagg.data``), check the last ``\\boxed{}`` against the gold answer by integer comparison, and
-measure lengths in tokens with the EOS counted (TRL's convention; a truncated sample counts
+(``balagg.data``), check each against the gold answer with the project's math verifier
+(``balagg.evaluation.math.verify_math``, the trainer's reward) where math-verify is installed, else by
+integer comparison of the last ``\\boxed{}`` (the same verdicts on these integer answers whenever a
+box is present; the card names the one used), and measure lengths in tokens with the EOS counted (TRL's convention; a truncated sample counts
 ``max_new_tokens``). The regime the paper's aggregation rules need (issue 4): accuracy in [0.2, 0.8],
 length CV >= 0.3 and, in at least one model/dataset pair, wrong answers longer than right ones.
 """
@@ -20,6 +22,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from balagg.tinyworld.model import PROMPT_TEMPLATE
@@ -105,7 +108,7 @@ def warm_start(model, tokenizer, config: WarmStartConfig) -> dict:
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
     model.train()
-    start, losses, tokens = time.perf_counter(), [], 0
+    start, cpu_start, losses, tokens = time.perf_counter(), time.process_time(), [], 0
     for step, batch in enumerate(batches):
         ids, mask, labels = _collate(batch, tokenizer.pad_token_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
@@ -123,6 +126,7 @@ def warm_start(model, tokenizer, config: WarmStartConfig) -> dict:
     return {
         **asdict(config),
         "seconds": round(time.perf_counter() - start, 2),
+        "cpu_seconds": round(time.process_time() - cpu_start, 2),
         "loss_first": sum(losses[:window]) / window,
         "loss_last": sum(losses[-window:]) / window,
         "tokens": tokens,
@@ -140,6 +144,24 @@ def boxed_integer(text: str) -> int | None:
         return int(content.strip())
     except ValueError:
         return None
+
+
+def answer_checker() -> tuple[str, Callable[[str, str], bool]]:
+    """``(description, check(text, gold) -> bool)``: the project's math verifier when its pinned
+    math-verify is installed, otherwise integer comparison of the last ``\\boxed{}``."""
+    try:
+        from balagg.evaluation.math import verifier_info, verify_math
+
+        info = verifier_info()
+        return f"{info['name']} {info['version']} (balagg.evaluation.math.verify_math)", verify_math
+    except (ImportError, RuntimeError) as error:
+        log.info("math verifier unavailable (%s); using integer comparison of the last \\boxed{}", error)
+
+    def integer_boxed(text: str, gold: str) -> bool:
+        predicted = boxed_integer(text)
+        return predicted is not None and predicted == int(gold)
+
+    return "integer comparison of the last \\boxed{} (balagg.tinyworld.warmstart.boxed_integer)", integer_boxed
 
 
 def sample_completions(model, tokenizer, problems: list[str], samples_per_problem: int, *,
@@ -171,16 +193,17 @@ def sample_completions(model, tokenizer, problems: list[str], samples_per_proble
     return samples
 
 
-def step0_statistics(samples: list[dict], answers: list[str], samples_per_problem: int) -> dict:
+def step0_statistics(samples: list[dict], answers: list[str], samples_per_problem: int,
+                     check: Callable[[str, str], bool] | None = None) -> dict:
     """Accuracy and length statistics of sampled completions (module doc); within-group length
-    diagnostics come from ``balagg.aggregation.length_diagnostics`` with GRPO advantages."""
+    diagnostics come from ``balagg.aggregation.length_diagnostics`` with GRPO advantages. ``check``
+    defaults to :func:`answer_checker`'s."""
     from balagg.aggregation import group_advantages, length_diagnostics
 
+    check = check or answer_checker()[1]
     rewards, lengths, groups = [], [], []
     for sample in samples:
-        predicted = boxed_integer(sample["text"])
-        gold = int(answers[sample["problem"]])
-        rewards.append(1.0 if predicted is not None and predicted == gold else 0.0)
+        rewards.append(1.0 if check(sample["text"], answers[sample["problem"]]) else 0.0)
         lengths.append(float(sample["length"]))
         groups.append(sample["problem"])
     right = [n for n, r in zip(lengths, rewards) if r > 0]
@@ -249,6 +272,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     The card holds the step-0 statistics per training set found in ``raw_dir`` (its manifest), the
     warm-start summary, the model shape and the seeds; it is returned too.
     """
+    import hashlib
     import json
     import os
     from pathlib import Path
@@ -273,26 +297,27 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     sft = warm_start(model, tokenizer, config)
     log.info("tinyworld %s: warm start took %.1f s, loss %.3f -> %.3f", size, sft["seconds"], sft["loss_first"],
              sft["loss_last"])
-    datasets, sampling_seconds = {}, time.perf_counter()
+    verifier, check = answer_checker()
+    datasets, sampling_start = {}, time.perf_counter()
     for k, name in enumerate(train_sets):
         problems, answers = read_training_problems(raw_dir, name, card_problems)
         samples = sample_completions(model, tokenizer, problems, samples_per_problem,
                                      max_new_tokens=max_new_tokens, seed=seed + k)
-        datasets[name] = step0_statistics(samples, answers, samples_per_problem)
-    sampling_seconds = round(time.perf_counter() - sampling_seconds, 2)
+        datasets[name] = step0_statistics(samples, answers, samples_per_problem, check=check)
+    sampling_seconds = round(time.perf_counter() - sampling_start, 2)
     card = {
         "model": size,
         "shape": size_summary(size),
         "parameters": sum(p.numel() for p in model.parameters()),
         "seed": seed,
         "data_seed": manifest.get("seed"),
-        "raw_manifest_sha256": __import__("hashlib").sha256(manifest_path.read_bytes()).hexdigest(),
+        "raw_manifest_sha256": hashlib.sha256(manifest_path.read_bytes()).hexdigest(),
         "prompt_template": PROMPT_TEMPLATE,
         "warm_start": sft,
         "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": max_new_tokens,
                      "samples_per_problem": samples_per_problem, "problems_per_dataset": card_problems,
                      "seconds": sampling_seconds},
-        "verifier": "integer comparison of the last \\boxed{} (balagg.tinyworld.warmstart.boxed_integer)",
+        "verifier": verifier,
         "length_unit": "tokens, EOS included; truncated samples count max_new_tokens",
         "datasets": datasets,
     }
@@ -303,9 +328,59 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     }
     card["regime"]["met"] = card["regime"]["all_in_regime"] and bool(card["regime"]["wrong_longer_in"])
     save_checkpoint(model, tokenizer, out, metadata={k: card[k] for k in ("model", "shape", "seed", "prompt_template")})
-    text = json.dumps(card, indent=2, sort_keys=True, allow_nan=True) + "\n"
+    text = json.dumps(_nan_to_none(card), indent=2, sort_keys=True, allow_nan=False) + "\n"
     tmp = out / ".card.json.tmp"
     tmp.write_text(text)
     os.replace(tmp, out / "card.json")
     log.info(summary_line(size, card))
     return card
+
+
+def _nan_to_none(value):
+    """JSON has no NaN: undefined statistics (no wrong answer, no mixed group) become null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
+def merge_cards(card_paths, out) -> dict:
+    """One data card for the campaign from the per-model ``card.json`` files.
+
+    ``{"models": {model: card}, "table": [{"model", "dataset", "accuracy", "len_cv", "len_right_mean",
+    "len_wrong_mean", "in_regime", "wrong_longer"}, ...], "regime_met": bool}``; ``regime_met`` is the
+    issue's condition over the grid: every pair in range and wrong answers longer in at least one pair.
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    models = {}
+    for path in card_paths:
+        path = Path(path)
+        try:
+            card = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"cannot read model card {path}: {error}") from None
+        if "datasets" not in card or "model" not in card:
+            raise ValueError(f"{path} is not a tiny-world model card (no 'model'/'datasets')")
+        models[card["model"]] = card
+    if not models:
+        raise ValueError("no model cards given")
+    keys = ("accuracy", "len_cv", "len_right_mean", "len_wrong_mean", "in_regime", "wrong_longer")
+    table = [{"model": m, "dataset": d, **{k: s[k] for k in keys}}
+             for m, card in models.items() for d, s in card["datasets"].items()]
+    merged = {
+        "models": models,
+        "table": table,
+        "regime_met": all(r["in_regime"] for r in table) and any(r["wrong_longer"] for r in table),
+    }
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, out)
+    return merged

@@ -12,7 +12,7 @@ Each dataset is a folder ``{out}/{name}/`` laid out like a local mirror of its h
 | aime25          | ``data/train-00000-of-00001.parquet``            | yentinglin/aime_2025 (aime_2024's schema) |
 | olympiadbench   | ``OE_TO_maths_en_COMP/train-00000-of-00001.parquet`` | Hothan/OlympiadBench                  |
 | minerva         | ``test.jsonl``                                   | Qwen2.5-Math minerva_math/test.jsonl      |
-| livecodebench   | ``release_v5/test-00000-of-00001.parquet``       | lighteval/code_generation_lite            |
+| livecodebench   | ``release_v6/test-00000-of-00001.parquet``       | lighteval/code_generation_lite            |
 
 ``{out}/manifest.json`` lists every dataset (path, format, hub id, split, subset, rows, sha256), the
 seed and the generator settings. Row contents depend only on ``seed`` and the sizes.
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX
+from balagg.data.sources import SOURCES
 from balagg.tinyworld.tasks import (
     BENCH_TASKS,
     NOMINAL_PASS_RATE,
@@ -44,23 +45,21 @@ from balagg.tinyworld.tasks import (
 )
 
 LAYOUT: dict[str, dict] = {
-    "dapo-math-17k": {"path": "data/dapo-math-17k.parquet", "hub_id": "BytedTsinghua-SIA/DAPO-Math-17k",
-                      "split": "train", "subset": None, "role": "train"},
-    "polaris-53k": {"path": "polaris-53k.jsonl", "hub_id": "POLARIS-Project/Polaris-Dataset-53K",
-                    "split": "train", "subset": None, "role": "train"},
-    "math500": {"path": "test.jsonl", "hub_id": "HuggingFaceH4/MATH-500", "split": "test", "subset": None,
-                "role": "benchmark"},
-    "aime24": {"path": "data/train-00000-of-00001.parquet", "hub_id": "HuggingFaceH4/aime_2024",
-               "split": "train", "subset": None, "role": "benchmark"},
-    "aime25": {"path": "data/train-00000-of-00001.parquet", "hub_id": "yentinglin/aime_2025",
-               "split": "train", "subset": None, "role": "benchmark"},
-    "olympiadbench": {"path": "OE_TO_maths_en_COMP/train-00000-of-00001.parquet", "hub_id": "Hothan/OlympiadBench",
-                      "split": "train", "subset": "OE_TO_maths_en_COMP", "role": "benchmark"},
-    "minerva": {"path": "test.jsonl", "hub_id": "math-ai/minervamath", "split": "test", "subset": None,
-                "role": "benchmark"},
-    "livecodebench": {"path": "release_v5/test-00000-of-00001.parquet", "hub_id": "lighteval/code_generation_lite",
-                      "split": "test", "subset": "release_v5", "role": "benchmark"},
+    name: {"path": path, "hub_id": SOURCES[name].hub_id, "split": SOURCES[name].split,
+           "subset": SOURCES[name].subset, "role": "train" if SOURCES[name].role == "train" else "benchmark"}
+    for name, path in {
+        "dapo-math-17k": "data/dapo-math-17k.parquet",
+        "polaris-53k": "polaris-53k.jsonl",
+        "math500": "test.jsonl",
+        "aime24": "data/train-00000-of-00001.parquet",
+        "aime25": "data/train-00000-of-00001.parquet",
+        "olympiadbench": f"{SOURCES['olympiadbench'].subset}/train-00000-of-00001.parquet",
+        "minerva": "test.jsonl",
+        "livecodebench": f"{SOURCES['livecodebench'].subset}/test-00000-of-00001.parquet",
+    }.items()
 }
+"""Where each raw dataset lies inside its mirror folder (as in the hub repository); hub id, split and
+subset come from balagg.data's registry, so the real loaders read the mirror exactly as the hub copy."""
 TRAIN_SETS: tuple[str, ...] = tuple(n for n, spec in LAYOUT.items() if spec["role"] == "train")
 BENCHMARKS: tuple[str, ...] = tuple(n for n, spec in LAYOUT.items() if spec["role"] == "benchmark")
 

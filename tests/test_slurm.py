@@ -1,5 +1,5 @@
-"""`snakemake --profile slurm` on a real Slurm cluster: the default target's jobs go through sbatch,
-land in the partitions the environment names, and write what a local run writes.
+"""`snakemake --profile slurm` on a real Slurm cluster: the smoke grid's jobs go through sbatch, land in
+the partitions the environment names (GPU rules with their GPUs), and produce the analysis.
 
 Needs the throw-away cluster of `.ci/slurm-up` (root; Debian's slurm-wlm + munge): partitions `cpu`
 (default) and `gpu` with fake GPUs of type `fake`. `.ci/run-slurm` brings it up, runs these tests and
@@ -7,17 +7,16 @@ tears it down. Skipped, with the reason, when no such cluster answers."""
 
 from __future__ import annotations
 
+import csv
+import math
 import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
-
-from slurm_helpers import LOCAL_PROFILE, REPO, copy_workflow, parse_profile, resources_of, snakemake
+from slurm_helpers import LOCAL_PROFILE, copy_workflow, snakemake
 
 # how a real cluster would be configured (slurm/config.v8+.yaml reads these)
 CLUSTER_ENV = {
@@ -60,58 +59,50 @@ def job_record(job_id: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in out.split() if "=" in field)
 
 
-def expected_weights_report() -> str:
-    """What `python -m balagg weights` prints for the default config's example group, run here directly."""
-    example = yaml.safe_load((REPO / "configs" / "default.yaml").read_text())["weights_example"]
-    args = ["--rewards", ",".join(map(str, example["rewards"])), "--lengths", ",".join(map(str, example["lengths"]))]
-    return subprocess.run([sys.executable, "-m", "balagg", "weights", *args], capture_output=True, text=True,
-                          check=True).stdout
+# The smoke grid, with one (fake) GPU per training and generation job, as a GPU model would ask.
+GPU_SMOKE = """\
+models:
+  tiny-s:
+    path: tinyworld
+    tinyworld_size: tiny-s
+    math_template: "{problem}"
+    code_template: "{problem}"
+    train_resources: {gpus: 1}
+    generate_resources: {gpus: 1}
+"""
 
 
-def run_default_target(work: Path, *extra: str) -> tuple[subprocess.CompletedProcess, list[tuple[str, Path]]]:
-    result = snakemake("--profile", "slurm", "--profile", str(LOCAL_PROFILE), *extra, cwd=work, env=CLUSTER_ENV,
-                       timeout=300)
+def run_smoke(work: Path) -> tuple[subprocess.CompletedProcess, list[tuple[str, Path]]]:
+    (work / "gpu-smoke.yaml").write_text(GPU_SMOKE)
+    result = snakemake("--profile", "slurm", "--profile", str(LOCAL_PROFILE),
+                       "--configfile", "configs/smoke.yaml", "gpu-smoke.yaml", cwd=work, env=CLUSTER_ENV, timeout=1800)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     return result, [(job_id, Path(log)) for job_id, log in SUBMITTED.findall(result.stderr)]
 
 
-def test_default_target_runs_as_slurm_jobs_and_writes_the_report(tmp_path):
+def test_smoke_grid_runs_as_slurm_jobs(tmp_path):
     work = copy_workflow(tmp_path)
-    result, jobs = run_default_target(work)
+    result, jobs = run_smoke(work)
 
-    assert len(jobs) == 1, f"expected one sbatch submission (weights_example), got {jobs}\n{result.stderr[-3000:]}"
-    job_id, slurm_log = jobs[0]
-    record = job_record(job_id)
-    assert record["JobState"] == "COMPLETED"
-    assert record["Partition"] == "cpu" and record["Account"] == "balaggci"
-    assert record["Comment"].startswith("rule_weights_example")
-    assert record["WorkDir"] == str(work)
-    # kept by the local profile (slurm-keep-successful-logs); it shows the inner job ran our rule
-    assert slurm_log.is_file() and "rule weights_example:" in slurm_log.read_text()
+    records = {job_id: job_record(job_id) for job_id, _ in jobs}
+    by_rule: dict[str, list[dict]] = {}
+    for record in records.values():
+        by_rule.setdefault(record["Comment"].removeprefix("rule_").split("_wildcards")[0], []).append(record)
+    assert all(r["JobState"] == "COMPLETED" for r in records.values()), records
+    assert all(r["Account"] == "balaggci" and r["WorkDir"] == str(work) for r in records.values())
+    # every cell trained in its own job on the GPU partition with its fake GPU; scoring stayed on CPU
+    assert len(by_rule["train"]) == 3 and len(by_rule["generate"]) == 3 * 2 + 1
+    for record in by_rule["train"] + by_rule["generate"]:
+        assert record["Partition"] == "gpu" and record["TresPerJob"] == "gres:gpu:fake:1", record
+    assert all(r["Partition"] == "cpu" for r in by_rule["score"])
 
-    report = (work / "results/default/aggregation/weights_example.txt").read_text()
-    assert report == expected_weights_report()
-    assert (work / "results/default/logs/weights_example.log").exists()
+    # the jobs' outputs: a Table 1 with one finite row per aggregator
+    with (work / "results/smoke/analysis/table1.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(row["aggregator"] for row in rows) == ["balanced-agg", "seq-agg", "token-agg"]
+    assert all(math.isfinite(float(row["last_acc@8"])) for row in rows)
 
-    again = snakemake("--profile", "slurm", "--profile", str(LOCAL_PROFILE), cwd=work, env=CLUSTER_ENV, timeout=120)
+    again = snakemake("--profile", "slurm", "--profile", str(LOCAL_PROFILE), "--configfile", "configs/smoke.yaml",
+                      "gpu-smoke.yaml", cwd=work, env=CLUSTER_ENV, timeout=120)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert not SUBMITTED.search(again.stderr)
-
-
-def test_gpu_request_of_the_profile_is_granted_by_slurm(tmp_path, monkeypatch):
-    """The profile's GPU-rule settings (GPU partition and type), plus one GPU as the workflow's train
-    rule declares it, applied to the default target's rule: Slurm must allocate a `fake` GPU on `gpu`."""
-    for name, value in CLUSTER_ENV.items():
-        monkeypatch.setenv(name, value)
-    train = resources_of(parse_profile(), "train")
-    assert train == {"slurm_partition": "'gpu'", "gpu_model": "'fake'"}
-    overrides = [f"weights_example:{key}={value}" for key, value in {**train, "gpu": "1"}.items()]
-
-    work = copy_workflow(tmp_path)
-    _, jobs = run_default_target(work, "--set-resources", *overrides)
-
-    assert len(jobs) == 1
-    record = job_record(jobs[0][0])
-    assert record["JobState"] == "COMPLETED" and record["Partition"] == "gpu"
-    assert record["TresPerJob"] == "gres:gpu:fake:1"
-    assert (work / "results/default/aggregation/weights_example.txt").read_text() == expected_weights_report()

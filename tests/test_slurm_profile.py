@@ -111,7 +111,7 @@ def test_snakemake_accepts_the_profile_and_the_local_override(clean_env, tmp_pat
                        env={"BALAGG_SLURM_PARTITION": "cpu", "BALAGG_SLURM_ACCOUNT": "acct"}, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
-    assert "weights_example" in log and "slurm_partition=cpu" in log and "slurm_account=acct" in log
+    assert "rule score:" in log and "slurm_partition=cpu" in log and "slurm_account=acct" in log
     assert not (work / "results").exists()
 
 

@@ -1,0 +1,118 @@
+"""The whole DAG on the smoke grid (configs/smoke.yaml): tiny world -> data -> train x 3 aggregators ->
+generate + score every checkpoint -> curves -> Table 1, Figures 1-3, diagnosis -> MLflow.
+
+One real run (a few minutes on 2 cores), shared by the tests below, which check the outputs' contents.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from analysis_fixtures import load_script
+from test_workflow import REPO, WORKFLOW_FILES, snakemake
+
+from balagg.analysis import load_campaign
+
+pytestmark = pytest.mark.slow
+AGGREGATORS = ["balanced-agg", "seq-agg", "token-agg"]
+CELLS = [f"tiny-s/arith-long/{aggregator}/seed0" for aggregator in AGGREGATORS]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """A finished smoke campaign in a scratch copy of the workflow; returns its results folder."""
+    import shutil
+
+    work = tmp_path_factory.mktemp("smoke")
+    for name in WORKFLOW_FILES:
+        source = REPO / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, work / name)
+    snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", cwd=work)
+    return work
+
+
+def test_every_cell_trained_and_was_evaluated_at_every_checkpoint(smoke):
+    results = smoke / "results/smoke"
+    card = json.loads((results / "models/tiny-s/card.json").read_text())
+    assert card["model"] == "tiny-s"
+    for cell in CELLS:
+        manifest = json.loads((results / cell / "manifest.json").read_text())
+        assert [c["step"] for c in manifest["checkpoints"]] == [0, 2, 4]
+        metrics = [json.loads(line) for line in (results / cell / "train/metrics.jsonl").read_text().splitlines()]
+        assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+        assert all(math.isfinite(m["pg_loss"]) and math.isfinite(m["len_cv"]) for m in metrics)
+        with (results / cell / "eval/curve.csv").open() as handle:
+            curve = list(csv.DictReader(handle))
+        assert sorted({int(row["step"]) for row in curve}) == [0, 2, 4]
+        assert {row["benchmark"] for row in curve} == {"math500", "aime24", "aime25", "olympiadbench", "minerva",
+                                                       "livecodebench", "mean"}
+        assert all(0 <= float(row["acc@8"]) <= float(row["best@8"]) <= 1 for row in curve)
+    # step 0 is the initial model: one evaluation shared by every cell of the model
+    shared = (results / "tiny-s/initial/eval/step-000000/summary.json").read_text()
+    assert json.loads(shared)["step"] == 0
+
+
+def test_table1_has_one_finite_row_per_aggregator(smoke):
+    with (smoke / "results/smoke/analysis/table1.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(row["aggregator"] for row in rows) == AGGREGATORS
+    for row in rows:
+        for key in ("peak_acc@8", "peak_best@8", "last_acc@8", "last_best@8"):
+            assert math.isfinite(float(row[key])), (row["aggregator"], key)
+        assert int(row["peak_acc@8_step"]) in (2, 4)
+    assert "**" in (smoke / "results/smoke/analysis/table1.md").read_text()
+
+
+def test_figures_have_one_series_per_aggregator(smoke):
+    campaign = load_campaign(smoke / "results/smoke")
+    figure2 = load_script("figure2").make_figure(campaign, smoothing=1)
+    (panel,) = figure2.axes
+    smoothed = [line for line in panel.get_lines() if line.get_gid() == "smoothed"]
+    assert sorted(line.get_label() for line in smoothed) == AGGREGATORS
+    assert all(len(line.get_xdata()) == 4 for line in smoothed)
+    figure3 = load_script("figure3").make_figure(campaign)
+    for axis in figure3.axes:
+        assert len([line for line in axis.get_lines() if line.get_gid() == "smoothed"]) == 3
+    for name in ("figure1", "figure2", "figure3"):
+        assert (smoke / f"results/smoke/analysis/{name}.png").stat().st_size > 0
+
+
+def test_mlflow_has_every_cell_with_step_and_eval_metrics_and_the_analysis(smoke):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{smoke / 'results/smoke/mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["smoke"], output_format="list")
+    cells = {run.data.tags.get("aggregator"): run for run in runs if run.data.tags.get("aggregator")}
+    assert sorted(cells) == AGGREGATORS and len(runs) == 4  # three cells and one analysis run
+    client = mlflow.MlflowClient()
+    for aggregator, run in cells.items():
+        assert run.data.tags["model"] == "tiny-s" and run.data.tags["seed"] == "0"
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "pg_loss")] == [1, 2, 3, 4]
+        history = client.get_metric_history(run.info.run_id, "eval/mean/acc_at_8")
+        assert sorted(m.step for m in history) == [0, 2, 4]
+        assert len(client.get_metric_history(run.info.run_id, "eval/livecodebench/best_at_8")) == 3
+    (analysis,) = [run for run in runs if run.data.tags.get("kind") == "analysis"]
+    artifacts = {item.path for item in client.list_artifacts(analysis.info.run_id)}
+    assert {"table1.csv", "figure1.png", "figure2.png", "figure3.png", "diagnosis.md"} <= artifacts
+
+
+def test_a_second_run_has_nothing_to_do(smoke):
+    result = snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=smoke)
+    assert "Nothing to be done" in result.stdout
+
+
+def test_rerunning_a_cells_evaluation_logs_into_the_same_run(smoke):
+    cell = f"results/smoke/{CELLS[0]}"
+    snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", "-R", f"{cell}/eval/curve.csv", cwd=smoke)
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{smoke / 'results/smoke/mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["smoke"], output_format="list")
+    assert len(runs) == 4  # no duplicate run
+    (run,) = [r for r in runs if r.data.tags.get("aggregator") == "balanced-agg"]
+    history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "eval/mean/acc_at_8")
+    assert sorted(m.step for m in history) == [0, 2, 4]  # reattached, not doubled

@@ -53,3 +53,4 @@ rule all:
         cell_paths("eval/mlflow.json"),
         analysis_targets(),
         f"{RESULTS}/analysis/mlflow.json",
+        [f"{RESULTS}/data/card.json"] if tinyworld_cards() else [],

@@ -90,6 +90,11 @@ def model_inputs(wildcards):
     return []
 
 
+def tinyworld_cards():
+    """The card.json of every model the workflow builds itself (none for real models)."""
+    return [f"{RESULTS}/models/{m}/card.json" for m, spec in config["models"].items() if spec["path"] == TINYWORLD]
+
+
 def data_source(kind, name):
     return config["datasets"][name]["source"] if kind == "train" else config["benchmarks"][name]
 

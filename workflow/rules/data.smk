@@ -60,3 +60,18 @@ rule prepare_data:
     shell:
         "python -m balagg prepare-data {params.selector} --source {params.source}"
         " --on-bad-row {params.on_bad_row} --out {output} > {log} 2>&1"
+
+
+rule tinyworld_card:
+    """The campaign's data card: every tiny model's step-0 statistics (accuracy, length CV, right/wrong lengths)."""
+    input:
+        tinyworld_cards(),
+    output:
+        f"{RESULTS}/data/card.json",
+    log:
+        f"{RESULTS}/logs/tinyworld_card.log",
+    localrule: True
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "python -m balagg tinyworld card --cards {input} --out {output} > {log} 2>&1"

@@ -11,7 +11,6 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 
-from balagg.tinyworld.model import build_tokenizer, load_checkpoint  # noqa: E402
 from balagg.tinyworld.warmstart import (  # noqa: E402
     WarmStartConfig,
     _nan_to_none,

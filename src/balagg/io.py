@@ -1,54 +1,92 @@
-"""Atomic file writes and JSONL reading: files are the pipeline's source of truth.
+"""Atomic file writes and strict JSONL reading: files are the pipeline's source of truth.
 
-Every writer goes through :func:`atomic_write_text`: the content is written to a temporary file in the
+Every writer goes through :func:`atomic_path`: the content is written to a temporary file in the
 destination folder and renamed over the target, so a reader (or a resumed job) sees either the old file
-or the complete new one, never a partial write.
+or the complete new one, never a partial write. JSON is written strictly: NaN and infinities become
+``null`` (:func:`json_safe`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (creating parent folders); return the path."""
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (same suffix, so format-sniffing writers work); on success it
+    replaces ``path``, on error it is removed and ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (and durably: fsync before the rename); return the path."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return Path(path)
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf -> None (strict JSON), recursively through dicts, lists and tuples."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def json_line(record: Any) -> str:
+    """One strict JSON line (no NaN), newline-terminated."""
+    return json.dumps(json_safe(record), ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def write_json(path: str | os.PathLike, data: Any) -> Path:
-    """Pretty, key-sorted JSON, written atomically."""
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=True) + "\n")
+    """Pretty, key-sorted, strict JSON, written atomically."""
+    text = json.dumps(json_safe(data), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    return atomic_write_text(path, text)
 
 
-def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
-    """One JSON object per line, written atomically."""
-    return atomic_write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
+    """One JSON object per line, streamed to a temporary file and renamed; returns the number written."""
+    count = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json_line(record))
+            count += 1
+    return count
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
-    """The objects of a JSONL file; a malformed line raises ValueError naming the file and line."""
-    with open(path, encoding="utf-8") as handle:
+    """The objects of a JSONL file (blank lines skipped); a line that is not a JSON object raises
+    ValueError naming the file and line."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
+                record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            yield record

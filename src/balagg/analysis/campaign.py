@@ -202,24 +202,9 @@ def _step_dirs(folder: Path) -> dict[int, Path]:
 
 
 def _manifest_steps(manifest: dict) -> set[int]:
-    """Checkpoint steps listed in ``manifest.json``.
-
-    Accepted shapes of ``checkpoints``: a list of steps, a list of objects with a ``step`` key, or an
-    object keyed by step; also a top-level ``checkpoint_steps`` list.
-    """
-    steps: set[int] = set()
-    listed = manifest.get("checkpoints", [])
-    if isinstance(listed, dict):
-        listed = list(listed.keys())
-    for item in listed if isinstance(listed, list) else []:
-        value = item.get("step") if isinstance(item, dict) else item
-        try:
-            steps.add(int(value))
-        except (TypeError, ValueError):
-            continue
-    for value in manifest.get("checkpoint_steps", []) or []:
-        steps.add(int(value))
-    return steps
+    """Checkpoint steps listed in ``manifest.json`` (``checkpoints: [{"step": N, "path": ...}]``,
+    docs/files.md)."""
+    return {int(entry["step"]) for entry in manifest.get("checkpoints", [])}
 
 
 def _finite(value) -> float:

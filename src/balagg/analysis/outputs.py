@@ -9,13 +9,12 @@ problems (missing cells, failed cells, missing checkpoints, ...) are printed to 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from balagg.analysis.campaign import Campaign, load_campaign
+from balagg.io import atomic_path, atomic_write_text
 
 __all__ = ["base_parser", "campaign_from_args", "write_text", "save_figure", "main_wrapper"]
 
@@ -48,22 +47,9 @@ def campaign_from_args(args: argparse.Namespace) -> Campaign:
     return campaign
 
 
-def _atomic(path: Path, write) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(handle)
-    try:
-        write(temp)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file in the same folder, then rename)."""
-    _atomic(path, lambda temp: Path(temp).write_text(text))
+    atomic_write_text(path, text)
 
 
 def save_figure(figure, out: Path, stem: str, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
@@ -71,7 +57,8 @@ def save_figure(figure, out: Path, stem: str, formats: Sequence[str] = ("png", "
     paths = []
     for fmt in formats:
         path = Path(out) / f"{stem}.{fmt}"
-        _atomic(path, lambda temp, fmt=fmt: figure.savefig(temp, format=fmt, dpi=150, bbox_inches="tight"))
+        with atomic_path(path) as temp:
+            figure.savefig(temp, format=fmt, dpi=150, bbox_inches="tight")
         paths.append(path)
     return paths
 

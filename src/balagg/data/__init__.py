@@ -6,7 +6,7 @@ the command-line front end.
 """
 
 from balagg.data.fields import BadRow, last_boxed
-from balagg.data.jsonl import read_jsonl, write_json, write_jsonl
+from balagg.io import read_jsonl, write_json, write_jsonl
 from balagg.data.prepare import BadRowError, PrepareReport, open_rows, prepare
 from balagg.data.sources import BENCHMARKS, SOURCES, TRAINING_SETS, Source, get_source
 

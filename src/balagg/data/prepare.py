@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from balagg.data.fields import BadRow
-from balagg.data.jsonl import write_jsonl
+from balagg.io import write_jsonl
 from balagg.data.sources import Source, get_source
 
 log = logging.getLogger(__name__)

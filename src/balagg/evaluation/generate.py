@@ -29,7 +29,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from balagg.data.jsonl import read_jsonl, write_json, write_jsonl
+from balagg.io import read_jsonl, write_json, write_jsonl
 
 log = logging.getLogger(__name__)
 

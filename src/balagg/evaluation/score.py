@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from balagg.data.jsonl import read_jsonl, write_json, write_jsonl
+from balagg.io import read_jsonl, write_json, write_jsonl
 from balagg.data.sources import BENCHMARKS
 from balagg.evaluation.math import parse_gold, strip_reasoning, verifier_info
 from balagg.evaluation.metrics import benchmark_metrics

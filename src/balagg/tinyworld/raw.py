@@ -27,7 +27,6 @@ import json
 import os
 import pickle
 import random
-import tempfile
 import uuid
 import zlib
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX
 from balagg.data.sources import SOURCES
+from balagg.io import atomic_path, atomic_write_text
 from balagg.tinyworld.tasks import (
     BENCH_TASKS,
     NOMINAL_PASS_RATE,
@@ -198,29 +198,18 @@ ROW_BUILDERS: dict[str, Callable[[int, int], list[dict]]] = {
 }
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_rows(rows: list[dict], path: Path) -> None:
     """Rows to ``.jsonl`` (one object per line) or ``.parquet`` (pyarrow), atomically."""
     if path.suffix == ".jsonl":
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        _write_atomic(path, lambda tmp: tmp.write_text(text))
+        atomic_write_text(path, text)
     elif path.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         table = pa.Table.from_pylist(rows)
-        _write_atomic(path, lambda tmp: pq.write_table(table, tmp))
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
     else:
         raise ValueError(f"unsupported raw file type {path.suffix!r}")
 
@@ -267,5 +256,5 @@ def write_raw(out: str | os.PathLike, seed: int, train_problems: int = 2000, ben
         "datasets": datasets,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    _write_atomic(out / "manifest.json", lambda tmp: tmp.write_text(text))
+    atomic_write_text(out / "manifest.json", text)
     return json.loads(text)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from balagg.io import write_json
 from balagg.tinyworld.model import PROMPT_TEMPLATE
 from balagg.tinyworld.tasks import warm_start_examples
 
@@ -274,7 +275,6 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     """
     import hashlib
     import json
-    import os
     from pathlib import Path
 
     import torch
@@ -328,23 +328,9 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     }
     card["regime"]["met"] = card["regime"]["all_in_regime"] and bool(card["regime"]["wrong_longer_in"])
     save_checkpoint(model, tokenizer, out, metadata={k: card[k] for k in ("model", "shape", "seed", "prompt_template")})
-    text = json.dumps(_nan_to_none(card), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    tmp = out / ".card.json.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, out / "card.json")
+    write_json(out / "card.json", card)  # undefined statistics (no wrong answer, no mixed group) -> null
     log.info(summary_line(size, card))
     return card
-
-
-def _nan_to_none(value):
-    """JSON has no NaN: undefined statistics (no wrong answer, no mixed group) become null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_nan_to_none(v) for v in value]
-    return value
 
 
 def merge_cards(card_paths, out) -> dict:
@@ -355,7 +341,6 @@ def merge_cards(card_paths, out) -> dict:
     issue's condition over the grid: every pair in range and wrong answers longer in at least one pair.
     """
     import json
-    import os
     from pathlib import Path
 
     models = {}
@@ -378,9 +363,5 @@ def merge_cards(card_paths, out) -> dict:
         "table": table,
         "regime_met": all(r["in_regime"] for r in table) and any(r["wrong_longer"] for r in table),
     }
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, out)
+    write_json(out, merged)
     return merged

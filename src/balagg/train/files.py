@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from balagg.io import atomic_write_text, json_line
 
 
 class CellDir:
@@ -74,37 +75,6 @@ class CellDir:
         return best[1] if best else None
 
 
-def json_safe(value: Any) -> Any:
-    """NaN/inf -> None (strict JSON), recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: str | Path, data: Any) -> None:
-    write_atomic(path, json.dumps(json_safe(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
-
-
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """metrics.jsonl lines; a torn last line (kill -9 mid-append) is dropped."""
     path = Path(path)
@@ -122,18 +92,14 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 def truncate_metrics(path: str | Path, last_step: int) -> list[dict[str, Any]]:
     """Keep only the lines with step <= last_step (the resumed checkpoint), atomically."""
     rows = [row for row in read_metrics(path) if row.get("step", math.inf) <= last_step]
-    write_atomic(path, "".join(metrics_line(row) for row in rows))
+    atomic_write_text(path, "".join(json_line(row) for row in rows))
     return rows
-
-
-def metrics_line(row: dict[str, Any]) -> str:
-    return json.dumps(json_safe(row), allow_nan=False) + "\n"
 
 
 def append_metrics(path: str | Path, row: dict[str, Any]) -> None:
     """Append one line and fsync. A crash can at worst leave a torn last line, which read_metrics drops
     and the resume truncates away."""
     with open(path, "a") as handle:
-        handle.write(metrics_line(row))
+        handle.write(json_line(row))
         handle.flush()
         os.fsync(handle.fileno())

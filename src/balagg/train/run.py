@@ -20,7 +20,8 @@ from typing import Any
 
 from balagg.tracking import Tracker
 from balagg.train.config import CellConfig, grpo_config_kwargs
-from balagg.train.files import CellDir, read_metrics, truncate_metrics, write_atomic, write_json
+from balagg.io import atomic_write_text, write_json
+from balagg.train.files import CellDir, read_metrics, truncate_metrics
 
 log = logging.getLogger("balagg.train")
 
@@ -164,7 +165,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
             params=cell.to_dict(),
         )
         if run_id is not None and run_id != stored_run:
-            write_atomic(cell_dir.mlflow_run_id, run_id + "\n")
+            atomic_write_text(cell_dir.mlflow_run_id, run_id + "\n")
     status = "FAILED"
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)

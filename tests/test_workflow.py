@@ -131,3 +131,27 @@ def test_forcing_one_cell_schedules_only_that_cell_and_the_analysis(workdir):
     # steps 2 and 4 of that cell; the initial model's step 0 is unchanged
     assert counts["train"] == 1 and counts["generate"] == 2 and counts["score"] == 2
     assert "prepare_data" not in counts and "tinyworld_model" not in counts
+
+
+def test_a_bad_training_combination_stops_before_any_job(workdir):
+    # valid key by key, but 2 prompts x 4 responses do not split into 3 optimiser steps
+    (workdir / "bad.yaml").write_text("train:\n  mini_batches: 3\n")
+    result = snakemake("--cores", "1", "--configfile", "configs/smoke.yaml", "bad.yaml", cwd=workdir, check=False)
+    assert result.returncode != 0
+    assert "mini_batches=3" in result.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_schema_names_the_same_rules_and_training_keys_as_the_code():
+    import dataclasses
+
+    import yaml
+
+    from balagg.rules import RULES
+    from balagg.train.config import CellConfig
+
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())["properties"]
+    assert schema["aggregators"]["items"]["enum"] == list(RULES)
+    fields = {field.name for field in dataclasses.fields(CellConfig)}
+    # every train key of the workflow config is a CellConfig field (the workflow sets the cell's identity)
+    assert set(schema["train"]["properties"]) <= fields

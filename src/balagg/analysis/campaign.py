@@ -157,7 +157,7 @@ class Campaign:
 
 def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
     """Aggregators in the order of :data:`balagg.aggregation.RULES` (unknown names last, sorted)."""
-    from balagg.aggregation import RULES, canonical_rule
+    from balagg.rules import RULES, canonical_rule
 
     def rank(name: str) -> tuple[int, str]:
         try:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from balagg.aggregation import DEFAULT_SCOPES, SCOPES, canonical_rule
+from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
 
 ANSWER_FORMATS = ("boxed", "answer-line")
 

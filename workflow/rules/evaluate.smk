@@ -53,7 +53,8 @@ rule score:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg score --generations {input.generations} --benchmarks-dir {params.bench_dir}"
-        " --step {wildcards.step} --code-timeout {params.code_timeout} --out {params.out} > {log} 2>&1"
+        " --step {wildcards.step} --code-timeout {params.code_timeout} --workers {threads}"
+        " --out {params.out} > {log} 2>&1"
 
 
 rule collect_curve:

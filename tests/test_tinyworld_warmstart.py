@@ -13,7 +13,6 @@ torch = pytest.importorskip("torch")
 
 from balagg.tinyworld.warmstart import (  # noqa: E402
     WarmStartConfig,
-    _nan_to_none,
     _collate,
     _lr_factor,
     boxed_integer,
@@ -39,11 +38,6 @@ def test_collate_labels_only_completion_tokens():
     ids, mask, labels = _collate([([5], [8, 1]), ([5, 6], [9, 9, 9, 1])], pad_id=0)
     assert ids[0].tolist() == [5, 8, 1, 0, 0, 0] and mask[0].tolist() == [1, 1, 1, 0, 0, 0]
     assert labels[0].tolist() == [-100, 8, 1, -100, -100, -100]
-
-
-def test_undefined_statistics_are_written_as_null():
-    assert _nan_to_none({"a": float("nan"), "b": [1.5, float("nan")], "c": "x"}) == {"a": None, "b": [1.5, None], "c": "x"}
-    assert json.dumps(_nan_to_none({"a": float("nan")})) == '{"a": null}'
 
 
 def test_boxed_integer():

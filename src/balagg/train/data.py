@@ -10,38 +10,31 @@ list of strings, the form the verifier accepts for several golds). Prompts longe
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
+
+from balagg.io import read_jsonl
 
 log = logging.getLogger("balagg.train")
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The training rows with their golds as a list of strings; a bad line raises ValueError naming it."""
+    if not Path(path).is_file():
+        raise ValueError(f"training file {path} does not exist")
     rows = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        raise ValueError(f"training file {path} does not exist") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not valid JSON ({error})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{number}: expected a JSON object")
+    for number, row in enumerate(read_jsonl(path), 1):
+        where = f"{path}: row {number} (id {row.get('id')!r})"
         for key in ("id", "problem", "answer"):
             if key not in row:
-                raise ValueError(f"{path}:{number}: missing key {key!r}")
+                raise ValueError(f"{where}: missing key {key!r}")
         if not isinstance(row["problem"], str) or not row["problem"].strip():
-            raise ValueError(f"{path}:{number}: 'problem' must be a non-empty string")
+            raise ValueError(f"{where}: 'problem' must be a non-empty string")
         answer = row["answer"]
         golds = answer if isinstance(answer, list) else [answer]
         if not golds or not all(isinstance(g, (str, int, float)) and not isinstance(g, bool) for g in golds):
-            raise ValueError(f"{path}:{number}: 'answer' must be a string or a non-empty list of strings")
+            raise ValueError(f"{where}: 'answer' must be a string or a non-empty list of strings")
         rows.append({"id": str(row["id"]), "problem": row["problem"], "answer": [str(g) for g in golds]})
     return rows
 

@@ -91,9 +91,10 @@ rule figure3:
         "results/{campaign}/logs/analysis/figure3.log",
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure3.py",
+        smoothing=ANALYSIS["smoothing"],
     shell:
         "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.manifests} > {log} 2>&1"
+        "--out results/{wildcards.campaign}/analysis --cells {input.manifests} --smoothing {params.smoothing} > {log} 2>&1"
 
 
 rule diagnosis:

@@ -25,3 +25,25 @@ def test_unreachable_server_warns_and_switches_tracking_off(caplog):
     assert time.monotonic() - start < 10
     tracker.log_metrics({"x": 1.0}, step=1)
     tracker.end()
+
+
+def test_workflow_logging_against_an_unreachable_server_reports_skipped(tmp_path):
+    from balagg.cli import main
+    from balagg.tracking import log_eval_curve, setup_experiment
+
+    uri = "http://127.0.0.1:9"
+    assert setup_experiment(uri, "campaign")["status"] == "skipped"
+    manifest = {"mlflow_run_id": "abc", "config": {"mlflow_experiment": "campaign"}}
+    rows = [{"step": "0", "benchmark": "mean", "acc@8": "0.5", "best@8": "0.75"}]
+    assert log_eval_curve(uri, manifest, rows)["status"] == "skipped"
+    out = tmp_path / "experiment.json"  # the workflow's rule still gets its output and goes on
+    assert main(["track", "setup", "--tracking-uri", uri, "--experiment", "campaign", "--out", str(out)]) == 0
+    assert '"skipped"' in out.read_text()
+
+
+def test_eval_metric_names_avoid_characters_mlflow_refuses():
+    from balagg.tracking import eval_metrics
+
+    rows = [{"step": "4", "benchmark": "math500", "acc@8": "0.25", "best@8": "0.5"},
+            {"step": "4", "benchmark": "mean", "acc@8": "nan", "best@8": ""}]
+    assert eval_metrics(rows) == {4: {"eval/math500/acc_at_8": 0.25, "eval/math500/best_at_8": 0.5}}

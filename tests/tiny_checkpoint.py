@@ -1,19 +1,18 @@
-"""Test-only tiny checkpoint: a random Qwen2 with a character-level tokenizer, saved with save_pretrained.
+"""Test-only tiny checkpoint: a random Qwen2 with the tiny world's character-level tokenizer
+(:func:`balagg.tinyworld.model.build_tokenizer`), saved with save_pretrained.
 
-Mirrors the trainer's checkpoints (``balagg.tinyworld.model`` on branch ``tinyworld``, not merged
-here yet): a ``tokenizers`` WordLevel model over printable ASCII behind a one-character Split
-pre-tokenizer, wrapped in ``PreTrainedTokenizerFast`` with a chat template, and a tied-embedding
-``Qwen2ForCausalLM`` with head dim 32 (vLLM's CPU attention needs 32, 64, ...). ``initializer_range``
-is large so greedy decoding has clear winners (backends agree token for token).
+Differs from the tiny world's models where the generation tests need it: a chat template that adds
+``<bos>`` and a newline (so chat and plain prompts differ), head dim 32 (vLLM's CPU attention needs 32,
+64, ...) and a large ``initializer_range`` so greedy decoding has clear winners (backends agree token
+for token).
 """
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 
-SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>")
-ALPHABET = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")
+from balagg.tinyworld.model import build_tokenizer as build_tinyworld_tokenizer
+
 CHAT_TEMPLATE = (
     "{{ bos_token }}{%- for message in messages if message['role'] == 'user' %}{%- if loop.last %}"
     "{{ message['content'] }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{ '\\n' }}{%- endif %}"
@@ -21,21 +20,9 @@ CHAT_TEMPLATE = (
 
 
 def build_tokenizer(chat: bool = True):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {token: i for i, token in enumerate(SPECIALS)}
-    for ch in ALPHABET:
-        vocab[ch] = len(vocab)
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    core.add_special_tokens(list(SPECIALS))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
-                                        bos_token="<bos>", unk_token="<unk>", padding_side="left",
-                                        clean_up_tokenization_spaces=False, model_max_length=512)
-    if chat:
-        tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer = build_tinyworld_tokenizer()
+    tokenizer.model_max_length = 512
+    tokenizer.chat_template = CHAT_TEMPLATE if chat else None
     return tokenizer
 
 

@@ -51,17 +51,11 @@ class Tracker:
         """Start or resume the cell's run; returns its id (None if tracking is off or failed)."""
         if self.uri is None:
             return None
-        if not _reachable(self.uri):
-            log.warning("MLflow tracking server %s is unreachable; tracking is off for this run, files are kept",
-                        self.uri)
+        mlflow = _connect(self.uri)
+        if mlflow is None:
             return None
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         try:
-            import mlflow
-
             self._mlflow = mlflow
-            mlflow.set_tracking_uri(self.uri)
             if run_id is None:
                 mlflow.set_experiment(experiment)
                 run = mlflow.start_run(run_name=run_name, tags=tags)
@@ -108,7 +102,7 @@ ANALYSIS_RUN_NAME = "analysis"
 def _connect(uri: str):
     """mlflow with ``uri`` set, or None (with a warning) when an HTTP server does not answer."""
     if not _reachable(uri):
-        log.warning("MLflow tracking server %s is unreachable; skipping, files are kept", uri)
+        log.warning("MLflow tracking server %s is unreachable; tracking is off, files are kept", uri)
         return None
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
@@ -184,10 +178,12 @@ def log_eval_curve(uri: str, manifest: dict[str, Any], curve_rows: list[dict[str
         run_id = _cell_run_id(mlflow, manifest)
         client = mlflow.MlflowClient()
         metrics = eval_metrics(curve_rows)
+        logged: dict[str, set[int]] = {}  # a rerun attaches to the run without doubling its points
         for step, values in metrics.items():
-            already = {key for key in values if any(m.step == step for m in client.get_metric_history(run_id, key))}
             for key, value in values.items():
-                if key not in already:  # a rerun attaches to the run without doubling its points
+                if key not in logged:
+                    logged[key] = {point.step for point in client.get_metric_history(run_id, key)}
+                if step not in logged[key]:
                     client.log_metric(run_id, key, value, step=step)
         return {"run_id": run_id, "steps": sorted(metrics)}
 

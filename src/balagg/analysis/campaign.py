@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from balagg.evaluation.metrics import summary_rows
+
 __all__ = [
     "BENCHMARKS",
     "MEAN",
@@ -226,14 +228,8 @@ def _read_curve(path: Path) -> list[dict]:
 
 
 def _read_summary(path: Path) -> list[dict]:
-    summary = json.loads(path.read_text())
-    step = int(summary["step"])
-    rows = [{"step": step, "benchmark": name, "acc@8": _finite(values.get("acc@8")),
-             "best@8": _finite(values.get("best@8"))} for name, values in summary.get("benchmarks", {}).items()]
-    if "mean" in summary:
-        rows.append({"step": step, "benchmark": MEAN, "acc@8": _finite(summary["mean"].get("acc@8")),
-                     "best@8": _finite(summary["mean"].get("best@8"))})
-    return rows
+    return [{"step": row["step"], "benchmark": row["benchmark"], "acc@8": _finite(row["acc@8"]),
+             "best@8": _finite(row["best@8"])} for row in summary_rows(json.loads(path.read_text()))]
 
 
 def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dict]:

@@ -12,27 +12,24 @@ import io
 import json
 from pathlib import Path
 
-COLUMNS = ("step", "benchmark", "acc@8", "best@8", "n_problems", "n_samples", "truncation_rate")
-
-
 def curve_rows(summary_paths: list[Path]) -> list[dict]:
     """Rows of the curve, sorted by step then benchmark (mean last); refuses duplicate steps."""
+    from balagg.evaluation.metrics import summary_rows
+
     rows, seen_steps = [], {}
     for path in summary_paths:
         summary = json.loads(Path(path).read_text())
         try:
-            step = int(summary["step"])
-            benchmarks = summary["benchmarks"]
-            mean = summary["mean"]
-        except (KeyError, TypeError, ValueError) as error:
+            if "mean" not in summary:
+                raise KeyError("mean")
+            step_rows = summary_rows(summary)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ValueError(f"{path}: not an evaluation summary (missing or bad {error})") from None
+        step = step_rows[0]["step"]
         if step in seen_steps:
             raise ValueError(f"step {step} appears twice: {seen_steps[step]} and {path}")
         seen_steps[step] = path
-        for name in sorted(benchmarks):
-            values = benchmarks[name]
-            rows.append({"step": step, "benchmark": name, **{key: values.get(key) for key in COLUMNS[2:]}})
-        rows.append({"step": step, "benchmark": "mean", "acc@8": mean.get("acc@8"), "best@8": mean.get("best@8")})
+        rows.extend(step_rows)
     rows.sort(key=lambda row: (row["step"], row["benchmark"] == "mean", row["benchmark"]))
     return rows
 
@@ -46,10 +43,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from balagg.evaluation.metrics import SUMMARY_COLUMNS
     from balagg.io import atomic_write_text
 
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(curve_rows(args.summaries))
     atomic_write_text(args.out, buffer.getvalue())

@@ -47,3 +47,20 @@ def benchmark_metrics(correct: Sequence[Sequence[int | bool]], ks: Sequence[int]
     for k in ks:
         result[f"pass@{k}"] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
     return result
+
+
+SUMMARY_COLUMNS: tuple[str, ...] = ("step", "benchmark", "acc@8", "best@8", "n_problems", "n_samples",
+                                    "truncation_rate")
+"""Columns of one checkpoint's summary as table rows (eval/curve.csv, docs/files.md)."""
+
+
+def summary_rows(summary: dict) -> list[dict]:
+    """``summary.json`` of one checkpoint as rows of :data:`SUMMARY_COLUMNS`: one per benchmark (sorted),
+    then a ``benchmark = "mean"`` row when the summary has its mean. Values it lacks are None; a summary
+    without ``step`` or ``benchmarks`` raises KeyError."""
+    step = int(summary["step"])
+    rows = [{"step": step, "benchmark": name, **{key: values.get(key) for key in SUMMARY_COLUMNS[2:]}}
+            for name, values in sorted(summary["benchmarks"].items())]
+    if "mean" in summary:
+        rows.append({"step": step, "benchmark": "mean", **{key: summary["mean"].get(key) for key in SUMMARY_COLUMNS[2:]}})
+    return rows

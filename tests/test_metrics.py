@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from balagg.evaluation.metrics import benchmark_metrics, pass_at_k
+from balagg.evaluation.scoring.metrics import benchmark_metrics, pass_at_k
 
 
 @given(st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))

@@ -9,15 +9,19 @@ import shlex
 from itertools import product
 from pathlib import Path
 
+from balagg import contract
 from balagg.io import write_json
 from balagg.train.config import CellConfig
 
 CAMPAIGN = config["campaign"]
-RESULTS = f"results/{CAMPAIGN}"
-CELL = os.path.join(RESULTS, "{model}", "{dataset}", "{aggregator}", "seed{seed}")
+RESULTS = contract.campaign_dir(CAMPAIGN)
+CELL = os.path.join(RESULTS, contract.CELL_PATTERN)
 # What an evaluation belongs to: a cell ("{dataset}/{aggregator}/seed{seed}") or the initial model.
 EVAL_RUN = os.path.join(RESULTS, "{model}", "{run}")
-INITIAL = "initial"
+EVAL_STEP = os.path.join(EVAL_RUN, contract.eval_step_relpath("{step}"))
+INITIAL = contract.INITIAL_RUN
+BENCH_DATA = os.path.join(RESULTS, contract.data_file("bench", "{name}"))
+CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"  # relative to a cell folder
 BENCHMARKS = list(config["benchmarks"])
 TINYWORLD = "tinyworld"
 RESOURCE_DEFAULTS = {"gpus": 0, "cpus": 1, "mem_mb": 4000, "runtime": 60}
@@ -37,12 +41,9 @@ def cell_paths(pattern):
 
 
 def train_settings(model):
-    """The train section with the model's own overrides applied."""
+    """The train section with the model's own overrides applied. The schema types both sections alike
+    and neither may hold a key that names the cell (model, dataset, aggregator, seed)."""
     return {**config["train"], **config["models"][model].get("train", {})}
-
-
-def step_tag(step):
-    return f"{int(step):06d}"
 
 
 def cell_step_summaries(wildcards):
@@ -50,7 +51,7 @@ def cell_step_summaries(wildcards):
     cell = CELL.format(**wildcards)
     initial = EVAL_RUN.format(model=wildcards.model, run=INITIAL)
     return [
-        f"{initial if step == 0 else cell}/eval/step-{step_tag(step)}/summary.json"
+        os.path.join(initial if step == 0 else cell, contract.eval_step_relpath(step, contract.SUMMARY_FILE))
         for step in checkpoint_steps(wildcards.model)
     ]
 
@@ -59,7 +60,7 @@ def generate_weights_inputs(wildcards):
     """The initial model's files (step 0) or the cell's manifest (its checkpoints)."""
     if wildcards.run == INITIAL:
         return model_inputs(wildcards)
-    return [f"{EVAL_RUN.format(**wildcards)}/manifest.json"]
+    return [os.path.join(EVAL_RUN.format(**wildcards), contract.MANIFEST_FILE)]
 
 
 def checkpoint_path(wildcards):
@@ -67,7 +68,7 @@ def checkpoint_path(wildcards):
         if int(wildcards.step) != 0:
             raise ValueError(f"the initial model has only step 0, not {wildcards.step}")
         return model_source(wildcards.model)
-    return f"{EVAL_RUN.format(**wildcards)}/train/checkpoints/step-{wildcards.step}"
+    return os.path.join(EVAL_RUN.format(**wildcards), contract.checkpoint_relpath(wildcards.step))
 
 
 def tracking_uri():
@@ -143,7 +144,7 @@ def cell_config(wildcards):
         "model": model_source(model),
         "model_name": model,
         "dataset_name": wildcards.dataset,
-        "train_files": [f"{RESULTS}/data/train/{wildcards.dataset}.jsonl"],
+        "train_files": [os.path.join(RESULTS, contract.data_file("train", wildcards.dataset))],
         "aggregator": wildcards.aggregator,
         "seed": int(wildcards.seed),
         "use_chat_template": spec.get("chat_template", False),
@@ -194,12 +195,12 @@ def model_resource(rule_key, key):
 
 def analysis_curves(wildcards):
     """Every cell's eval curve (the analysis rules' inputs)."""
-    return cell_paths("eval/curve.csv")
+    return cell_paths(CURVE)
 
 
 def analysis_manifests(wildcards):
     """Every cell's manifest: its train/metrics.jsonl is complete once the manifest exists."""
-    return cell_paths("manifest.json")
+    return cell_paths(contract.MANIFEST_FILE)
 
 
 def analysis_targets():

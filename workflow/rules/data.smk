@@ -48,7 +48,7 @@ rule prepare_data:
     input:
         data_inputs,
     output:
-        f"{RESULTS}/data/{{kind}}/{{name}}.jsonl",
+        os.path.join(RESULTS, contract.data_file("{kind}", "{name}")),
     params:
         selector=data_selector,
         source=data_source_arg,

@@ -7,9 +7,9 @@ rule generate:
     """n samples per problem of every benchmark from one checkpoint."""
     input:
         weights=generate_weights_inputs,
-        benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
+        benchmarks=expand(BENCH_DATA, name=BENCHMARKS),
     output:
-        f"{EVAL_RUN}/eval/step-{{step}}/generations.jsonl",
+        f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
     params:
         checkpoint=checkpoint_path,
         bench_dir=bench_dir,
@@ -37,11 +37,11 @@ rule generate:
 rule score:
     """Per-problem correctness, Acc@n / Best@n per benchmark and the mean (docs/files.md)."""
     input:
-        generations=f"{EVAL_RUN}/eval/step-{{step}}/generations.jsonl",
-        benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
+        generations=f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
+        benchmarks=expand(BENCH_DATA, name=BENCHMARKS),
     output:
-        scores=f"{EVAL_RUN}/eval/step-{{step}}/scores.jsonl",
-        summary=f"{EVAL_RUN}/eval/step-{{step}}/summary.json",
+        scores=f"{EVAL_STEP}/{contract.SCORES_FILE}",
+        summary=f"{EVAL_STEP}/{contract.SUMMARY_FILE}",
     params:
         bench_dir=bench_dir,
         code_timeout=config["eval"]["code_timeout_s"],
@@ -62,7 +62,7 @@ rule collect_curve:
     input:
         cell_step_summaries,
     output:
-        f"{CELL}/eval/curve.csv",
+        f"{CELL}/{CURVE}",
     log:
         f"{CELL}/logs/collect_curve.log",
     localrule: True

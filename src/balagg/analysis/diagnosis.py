@@ -27,9 +27,9 @@ import math
 
 import pandas as pd
 
+from balagg import contract
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.campaign import Campaign
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
 
 TOKEN, SEQ = "token-agg", "seq-agg"
 LENGTH_METRICS = ("len_cv", "len_gap", "len_mean")
@@ -88,7 +88,8 @@ def observed(table: pd.DataFrame, model: str, dataset: str) -> dict:
             "token_last": value(TOKEN, "last_acc@8"), "seq_last": value(SEQ, "last_acc@8")}
 
 
-def diagnose(campaign: Campaign, cv_threshold: float = 0.5, gap_threshold: float = 0.25) -> pd.DataFrame:
+def diagnose(campaign: Campaign, cv_threshold: float = contract.ANALYSIS.cv_threshold,
+             gap_threshold: float = contract.ANALYSIS.gap_threshold) -> pd.DataFrame:
     """One row per (model, dataset): length statistics, prediction, outcome and whether they agree."""
     stats = length_stats(campaign)
     table = peak_and_last(campaign, (MEAN,))
@@ -143,21 +144,3 @@ def to_markdown(diagnosis: pd.DataFrame, stats: pd.DataFrame, campaign: Campaign
     if campaign.problems:
         lines += ["", "## Gaps in the campaign", "", *(f"- {p}" for p in campaign.problems)]
     return "\n".join(lines) + "\n"
-
-
-def main() -> int:
-    parser = base_parser(__doc__)
-    parser.add_argument("--cv-threshold", type=float, default=0.5, help="length CV counted as high (ours)")
-    parser.add_argument("--gap-threshold", type=float, default=0.25,
-                        help="|neg - pos length gap| / mean length counted as large (ours)")
-    args = parser.parse_args()
-    campaign = campaign_from_args(args)
-    diagnosis = diagnose(campaign, args.cv_threshold, args.gap_threshold)
-    write_text(args.out / "diagnosis.csv", diagnosis.to_csv(index=False))
-    write_text(args.out / "diagnosis.md",
-               to_markdown(diagnosis, length_stats(campaign), campaign, args.cv_threshold, args.gap_threshold))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main_wrapper(main))

@@ -16,7 +16,6 @@ from matplotlib.figure import Figure
 
 from balagg.analysis import peak_and_last
 from balagg.analysis.campaign import Campaign
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
 from balagg.analysis.plotting import aggregator_colors
 
 
@@ -92,14 +91,3 @@ def make_figure(campaign: Campaign) -> Figure:
     notes = "\n".join([caption(campaign, incomplete), *gap_lines(data)])
     figure.text(0.01, -0.02, notes, fontsize=7, wrap=True, ha="left", va="top", gid="caption")
     return figure
-
-
-def main() -> int:
-    args = base_parser(__doc__).parse_args()
-    campaign = campaign_from_args(args)
-    save_figure(make_figure(campaign), args.out, "figure1")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main_wrapper(main))

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from balagg.analysis import train_curves
 from balagg.analysis.campaign import Campaign
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
+from balagg import contract
 from balagg.analysis.plotting import aggregator_colors, mark_missing, plot_training_lines, smoothing_phrase
 
 METRIC = "pg_loss"
@@ -31,7 +31,7 @@ def caption(model: str, smoothing: int) -> str:
     return f"Policy-gradient loss of {model} over training steps; lines: {smoothing_phrase(smoothing)}."
 
 
-def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = 5) -> Figure:
+def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = contract.ANALYSIS.smoothing) -> Figure:
     model = chosen_model(campaign, model)
     curves = train_curves(campaign, METRIC, models=(model,))
     colors = aggregator_colors(campaign.aggregators)
@@ -47,18 +47,3 @@ def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = 5
         ax.legend(fontsize=8)
     figure.text(0.01, -0.02, caption(model, smoothing), fontsize=7, ha="left", va="top", gid="caption")
     return figure
-
-
-def main() -> int:
-    parser = base_parser(__doc__)
-    parser.add_argument("--model", default=None, help="the model whose runs are shown (default: the first)")
-    parser.add_argument("--smoothing", type=int, default=5,
-                        help="centred moving-average window in logged steps (1: none); default 5")
-    args = parser.parse_args()
-    campaign = campaign_from_args(args)
-    save_figure(make_figure(campaign, args.model, args.smoothing), args.out, "figure2")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main_wrapper(main))

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from balagg.analysis import train_curves
 from balagg.analysis.campaign import Campaign
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
+from balagg import contract
 from balagg.analysis.plotting import aggregator_colors, mark_missing, plot_training_lines, smoothing_phrase
 
 ROWS = {"len_cv": "response-length CV", "len_gap": "neg − pos length gap (tokens)"}
@@ -26,7 +26,8 @@ def caption(smoothing: int, cv_metric: str) -> str:
             f"negative minus mean positive length in mixed groups); lines: {smoothing_phrase(smoothing)}.")
 
 
-def make_figure(campaign: Campaign, smoothing: int = 1, cv_metric: str = "len_cv") -> Figure:
+def make_figure(campaign: Campaign, smoothing: int = contract.ANALYSIS.smoothing,
+                cv_metric: str = "len_cv") -> Figure:
     rows = {cv_metric: ROWS.get(cv_metric, cv_metric), "len_gap": ROWS["len_gap"]}
     settings = [(m, d) for d in campaign.datasets for m in campaign.models]
     colors = aggregator_colors(campaign.aggregators)
@@ -46,18 +47,3 @@ def make_figure(campaign: Campaign, smoothing: int = 1, cv_metric: str = "len_cv
                 ax.legend(fontsize=8)
     figure.text(0.01, -0.02, caption(smoothing, cv_metric), fontsize=7, ha="left", va="top", gid="caption")
     return figure
-
-
-def main() -> int:
-    parser = base_parser(__doc__)
-    parser.add_argument("--smoothing", type=int, default=1, help="centred moving-average window (1: none)")
-    parser.add_argument("--cv-metric", default="len_cv", choices=("len_cv", "len_cv_within_group"),
-                        help="batch-wide CV (default) or the mean within-group CV")
-    args = parser.parse_args()
-    campaign = campaign_from_args(args)
-    save_figure(make_figure(campaign, args.smoothing, args.cv_metric), args.out, "figure3")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main_wrapper(main))

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.campaign import Campaign
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
 
 VALUE_COLUMNS: tuple[str, ...] = ("peak_acc@8", "peak_best@8", "last_acc@8", "last_best@8")
 HEADERS = {"peak_acc@8": "Peak Acc@8", "peak_best@8": "Peak Best@8",
@@ -172,29 +170,3 @@ def to_latex(table: pd.DataFrame, campaign_name: str) -> str:
         lines.append(r"\par\footnotesize")
         lines += [rf"$^{{{n}}}$ {_tex_escape(table.at[i, 'note'])}\\" for i, n in notes.items()]
     return "\n".join(lines) + "\n"
-
-
-def main() -> int:
-    parser = base_parser(__doc__)
-    parser.add_argument("--paper-values", type=Path, default=None,
-                        help="CSV of published values to compare with (the paper campaign: analysis/paper_values.csv)")
-    args = parser.parse_args()
-    campaign = campaign_from_args(args)
-    paper = load_paper_values(args.paper_values) if args.paper_values else None
-    table = build_table(campaign, paper)
-    write_text(args.out / "table1.csv", table.to_csv(index=False))
-    comparison = compare_with_paper(table, paper) if paper is not None else None
-    write_text(args.out / "table1.md", to_markdown(table, campaign.name, comparison))
-    write_text(args.out / "table1.tex", to_latex(table, campaign.name))
-    if comparison is not None:
-        write_text(args.out / "table1_vs_paper.csv", comparison.to_csv(index=False))
-        absent = comparison[~comparison.in_campaign]
-        if len(absent):
-            print(f"{len(absent)} of {len(comparison)} paper value(s) match no cell of the campaign, e.g. "
-                  + ", ".join(absent[["dataset", "model", "aggregator"]].drop_duplicates().head(3)
-                              .agg("/".join, axis=1)), file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main_wrapper(main))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from balagg import contract
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -28,8 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--list", action="store_true", help="print the registry of sources and exit")
     parser.add_argument("--source", help="hub id or local path (default: the registry's hub id)")
     parser.add_argument("--out", help="output JSONL file")
-    parser.add_argument("--on-bad-row", choices=("fail", "skip"), default="fail",
-                        help="stop at the first malformed row (default) or skip and count it")
+    parser.add_argument("--on-bad-row", choices=("fail", "skip"), default=contract.DATA.on_bad_row,
+                        help="stop at the first malformed row or skip and count it (default %(default)s, as the workflow)")
     parser.add_argument("--split", default=None, help="override the registry's split")
     parser.add_argument("--subset", default=None, help="override the registry's subset (config name)")
     parser.add_argument("--start-date", default=None, help="livecodebench: first contest date (inclusive)")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from balagg import contract
 from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
 
 ANSWER_FORMATS = ("boxed", "answer-line")
@@ -46,7 +47,7 @@ class CellConfig:
     scope: str | None = None  # default: DEFAULT_SCOPES[aggregator] (token-agg: batch, others: group)
 
     # prompt and reward
-    prompt_template: str = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+    prompt_template: str = contract.MATH_TEMPLATE  # rendered by balagg.contract.render_prompt
     use_chat_template: bool = True
     answer_format: str = "boxed"  # "boxed": \boxed{...}; "answer-line": the last "Answer: ..." line
     reward_correct: float = 1.0
@@ -54,9 +55,9 @@ class CellConfig:
     overlong_buffer_enabled: bool = True
     overlong_buffer_len: int = 4096
     overlong_penalty_factor: float = 1.0
-    verifier_timeout_s: float = 10.0
-    verifier_workers: int = 2
-    verifier: str = "balagg.evaluation.math:verify_math"  # module:function; the evaluation's verifier
+    verifier_timeout_s: float = contract.VERIFIER.math_timeout_s
+    verifier_workers: int = contract.VERIFIER.workers
+    verifier: str = contract.VERIFIER.verifier  # module:function; the evaluation's verifier
     scale_rewards: str = "group"  # TRL: "group" (GRPO), "batch", "none" (Dr.GRPO)
 
     # DAPO recipe knobs
@@ -126,8 +127,7 @@ class CellConfig:
             )
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"cell config: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
-        if "{problem}" not in self.prompt_template:
-            raise ValueError("cell config: prompt_template must contain the placeholder {problem}")
+        contract.check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
         positive = ("num_generations", "prompts_per_step", "mini_batches", "micro_batch_size", "num_iterations",
                     "max_prompt_length", "max_completion_length", "total_steps", "save_every", "keep_checkpoints",
                     "num_processes", "torch_threads", "verifier_workers")

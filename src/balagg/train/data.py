@@ -2,8 +2,9 @@
 
     {"id": "dapo-00042", "problem": "...", "answer": "34", "source": "dapo-math-17k"}
 
-Each row becomes a TRL prompt -- ``prompt_template.format(problem=...)``, as one user message when the
-cell uses the chat template, else as plain text -- with its gold answer(s) in the ``answer`` column (a
+Each row becomes a TRL prompt -- ``balagg.contract.render_prompt(prompt_template, problem=...)``, the
+rendering evaluation uses too, as one user message when the cell uses the chat template, else as plain
+text -- with its gold answer(s) in the ``answer`` column (a
 list of strings, the form the verifier accepts for several golds). Prompts longer than
 ``max_prompt_length`` tokens are counted and skipped (as verl's ``filter_overlong_prompts``).
 """
@@ -14,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from balagg import contract
 from balagg.io import read_jsonl
 
 log = logging.getLogger("balagg.train")
@@ -46,9 +48,9 @@ def build_prompts(cell, tokenizer):
     records, skipped = [], 0
     for path in cell.train_files:
         for row in read_rows(path):
-            text = cell.prompt_template.format(problem=row["problem"])
+            text = contract.render_prompt(cell.prompt_template, problem=row["problem"])
             if cell.use_chat_template:
-                prompt: Any = [{"role": "user", "content": text}]
+                prompt: Any = contract.chat_messages(text)
                 ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
                 if isinstance(ids, dict) or hasattr(ids, "keys"):
                     ids = ids["input_ids"]

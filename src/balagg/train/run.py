@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from balagg import contract
 from balagg.tracking import Tracker
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.io import atomic_write_text, write_json
@@ -51,18 +52,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("+dirty" if dirty else "")
-
-
-def load_tokenizer(path: str):
-    """The tokenizer exactly as saved (tokenizer.json). AutoTokenizer would rebuild a Qwen2 tokenizer's
-    pipeline from its vocabulary and break character-level tokenizers (trl-cpu.md section 2.2)."""
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 LOGGERS = ("balagg", "balagg.train.steps", "transformers", "trl")
@@ -124,7 +113,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         truncate_metrics(cell_dir.metrics, step)
         log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
 
-    tokenizer = load_tokenizer(cell.tokenizer)
+    tokenizer = contract.load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
     model = AutoModelForCausalLM.from_pretrained(cell.model, dtype=torch.float32)
     dataset = build_prompts(cell, tokenizer)

@@ -4,7 +4,7 @@ One sample = one sandbox: a separate process tree started as
 
     unshare --net --mount --pid --fork --kill-child  python -I -B sandbox_launcher.py
 
-with an empty environment. The launcher (see :mod:`balagg.evaluation.sandbox_launcher`) is PID 1 of a
+with an empty environment. The launcher (see :mod:`balagg.evaluation.verify.sandbox_launcher`) is PID 1 of a
 new PID namespace, so every process the program starts dies with it; the network namespace has no
 usable interface; all mounts are remounted read-only in its private mount namespace and the working
 directory is a fresh size-limited tmpfs (the host directory stays empty). It then drops to an

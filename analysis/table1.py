@@ -1,0 +1,41 @@
+"""Table 1: peak and last-step Acc@8 / Best@8 per dataset x model x aggregator.
+
+    python analysis/table1.py --campaign-dir results/X --out results/X/analysis  (--help: all options)
+
+Parses the arguments, calls :mod:`balagg.analysis.table1` (where the computation and its
+contract live) and writes the files.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from balagg.analysis import table1
+from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
+
+
+def main() -> int:
+    parser = base_parser(table1.__doc__)
+    parser.add_argument("--paper-values", type=Path, default=None,
+                        help="CSV of published values to compare with (the paper campaign: analysis/paper_values.csv)")
+    args = parser.parse_args()
+    campaign = campaign_from_args(args)
+    paper = table1.load_paper_values(args.paper_values) if args.paper_values else None
+    table = table1.build_table(campaign, paper)
+    write_text(args.out / "table1.csv", table.to_csv(index=False))
+    comparison = table1.compare_with_paper(table, paper) if paper is not None else None
+    write_text(args.out / "table1.md", table1.to_markdown(table, campaign.name, comparison))
+    write_text(args.out / "table1.tex", table1.to_latex(table, campaign.name))
+    if comparison is not None:
+        write_text(args.out / "table1_vs_paper.csv", comparison.to_csv(index=False))
+        absent = comparison[~comparison.in_campaign]
+        if len(absent):
+            print(f"{len(absent)} of {len(comparison)} paper value(s) match no cell of the campaign, e.g. "
+                  + ", ".join(absent[["dataset", "model", "aggregator"]].drop_duplicates().head(3)
+                              .agg("/".join, axis=1)), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main_wrapper(main))

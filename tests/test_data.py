@@ -258,7 +258,8 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
     bad = write_jsonl_rows(tmp_path / "m.jsonl", [{"problem": "p", "answer": "1"}, {"answer": "2"}])
-    assert main(["prepare-data", "--benchmark", "math500", "--source", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert main(["prepare-data", "--benchmark", "math500", "--source", str(bad), "--out", str(tmp_path / "o"),
+                 "--on-bad-row", "fail"]) == 2
     assert "math500-0001: missing field 'problem' or 'question'" in capsys.readouterr().err
     assert main(["prepare-data", "--list"]) == 0
     assert "Hothan/OlympiadBench [OE_TO_maths_en_COMP]" in capsys.readouterr().out

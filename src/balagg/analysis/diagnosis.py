@@ -29,6 +29,7 @@ import pandas as pd
 
 from balagg import contract
 from balagg.analysis import MEAN, peak_and_last
+from balagg.analysis.summarise import ACC, last_column, peak_column
 from balagg.analysis.campaign import Campaign
 
 TOKEN, SEQ = "token-agg", "seq-agg"
@@ -80,12 +81,12 @@ def observed(table: pd.DataFrame, model: str, dataset: str) -> dict:
         row = table[(table.model == model) & (table.dataset == dataset) & (table.aggregator == aggregator)]
         return float(row[column].iloc[0]) if len(row) else math.nan
 
-    peak = _winner(value(TOKEN, "peak_acc@8"), value(SEQ, "peak_acc@8"))
-    last = _winner(value(TOKEN, "last_acc@8"), value(SEQ, "last_acc@8"))
+    token_peak, seq_peak = value(TOKEN, peak_column(ACC)), value(SEQ, peak_column(ACC))
+    token_last, seq_last = value(TOKEN, last_column(ACC)), value(SEQ, last_column(ACC))
+    peak, last = _winner(token_peak, seq_peak), _winner(token_last, seq_last)
     outcome = peak if peak == last else "unknown" if "unknown" in (peak, last) else "mixed"
     return {"peak_winner": peak, "last_winner": last, "outcome": outcome,
-            "token_peak": value(TOKEN, "peak_acc@8"), "seq_peak": value(SEQ, "peak_acc@8"),
-            "token_last": value(TOKEN, "last_acc@8"), "seq_last": value(SEQ, "last_acc@8")}
+            "token_peak": token_peak, "seq_peak": seq_peak, "token_last": token_last, "seq_last": seq_last}
 
 
 def diagnose(campaign: Campaign, cv_threshold: float = contract.ANALYSIS.cv_threshold,

@@ -17,6 +17,9 @@ from matplotlib.figure import Figure
 from balagg.analysis import peak_and_last
 from balagg.analysis.campaign import Campaign
 from balagg.analysis.plotting import aggregator_colors
+from balagg.analysis.summarise import ACC, last_column, peak_column
+
+PEAK, LAST = peak_column(ACC), last_column(ACC)
 
 
 def figure_data(campaign: Campaign) -> pd.DataFrame:
@@ -29,11 +32,10 @@ def figure_data(campaign: Campaign) -> pd.DataFrame:
         for aggregator in campaign.aggregators:
             mine = per_setting[(per_setting.benchmark == benchmark) & (per_setting.aggregator == aggregator)]
             lacking = {kind: ", ".join(f"{m}/{d}" for m, d in zip(gaps.model, gaps.dataset))
-                       for kind, gaps in (("peak", mine[mine["peak_acc@8"].isna()]),
-                                          ("last", mine[mine["last_acc@8"].isna()]))}
+                       for kind, gaps in (("peak", mine[mine[PEAK].isna()]), ("last", mine[mine[LAST].isna()]))}
             rows.append({"benchmark": benchmark, "aggregator": aggregator,
-                         "peak": mine["peak_acc@8"].mean(), "last": mine["last_acc@8"].mean(),
-                         "n_peak": int(mine["peak_acc@8"].count()), "n_last": int(mine["last_acc@8"].count()),
+                         "peak": mine[PEAK].mean(), "last": mine[LAST].mean(),
+                         "n_peak": int(mine[PEAK].count()), "n_last": int(mine[LAST].count()),
                          "n_settings": n_settings,
                          "lacking_peak": lacking["peak"], "lacking_last": lacking["last"]})
     return pd.DataFrame(rows)

@@ -43,6 +43,8 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 
+from balagg import contract
+
 log = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
@@ -61,7 +63,7 @@ class SandboxLimits:
     ``memory_mb * max_processes`` (16 GiB by default, and only by forking on purpose); a memory cgroup
     would bound the sum but is not used (it needs write access to the host's cgroup tree)."""
 
-    timeout_s: float = 6.0
+    timeout_s: float = contract.VERIFIER.code_timeout_s
     memory_mb: int = 1024
     max_processes: int = 16
     file_size_mb: int = 16

@@ -55,6 +55,10 @@ MLFLOW_DIR = "mlflow"
 CAMPAIGN_DIRS = frozenset({"analysis", "data", "logs", "aggregation", "mlflow", "benchmarks", "models", "tinyworld"})
 """Top-level folders of a campaign that are not models (and so hold no cells)."""
 
+# files of the tiny world (raw datasets under tinyworld/raw/, one folder per model under models/)
+RAW_MANIFEST_FILE = "manifest.json"
+MODEL_CARD_FILE = "card.json"
+
 # files of a cell folder
 CELL_CONFIG_FILE = "cell.json"
 MANIFEST_FILE = "manifest.json"

@@ -81,19 +81,20 @@ def tracking_uri():
 def model_source(model):
     """Hub id or folder of the initial policy; tiny-world models are built under results/."""
     spec = config["models"][model]
-    return f"{RESULTS}/models/{model}" if spec["path"] == TINYWORLD else spec["path"]
+    return os.path.join(RESULTS, contract.MODELS_DIR, model) if spec["path"] == TINYWORLD else spec["path"]
 
 
 def model_inputs(wildcards):
     """What a cell's training waits for besides its data: the tiny model when it is built here."""
     if config["models"][wildcards.model]["path"] == TINYWORLD:
-        return [f"{RESULTS}/models/{wildcards.model}/card.json"]
+        return [os.path.join(model_source(wildcards.model), contract.MODEL_CARD_FILE)]
     return []
 
 
 def tinyworld_cards():
     """The card.json of every model the workflow builds itself (none for real models)."""
-    return [f"{RESULTS}/models/{m}/card.json" for m, spec in config["models"].items() if spec["path"] == TINYWORLD]
+    return [os.path.join(model_source(m), contract.MODEL_CARD_FILE)
+            for m, spec in config["models"].items() if spec["path"] == TINYWORLD]
 
 
 def data_source(kind, name):
@@ -103,7 +104,7 @@ def data_source(kind, name):
 def data_inputs(wildcards):
     """The raw tiny-world folder when the source is built here; nothing for hub ids and local mirrors."""
     if data_source(wildcards.kind, wildcards.name) == TINYWORLD:
-        return [f"{RESULTS}/tinyworld/raw/manifest.json"]
+        return [os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, contract.RAW_MANIFEST_FILE)]
     return []
 
 
@@ -115,7 +116,7 @@ def data_loader(wildcards):
 def data_source_arg(wildcards):
     """Hub id or local mirror; the tiny world keeps one mirror folder per registry name."""
     source = data_source(wildcards.kind, wildcards.name)
-    return f"{RESULTS}/tinyworld/raw/{data_loader(wildcards)}" if source == TINYWORLD else source
+    return os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, data_loader(wildcards)) if source == TINYWORLD else source
 
 
 def data_selector(wildcards):

@@ -256,5 +256,5 @@ def write_raw(out: str | os.PathLike, seed: int, train_problems: int = contract.
         "datasets": datasets,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    atomic_write_text(out / "manifest.json", text)
+    atomic_write_text(out / contract.RAW_MANIFEST_FILE, text)
     return json.loads(text)

@@ -284,7 +284,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
 
     torch.set_num_threads(1)
     raw_dir, out = Path(raw_dir), Path(out)
-    manifest_path = raw_dir / "manifest.json"
+    manifest_path = raw_dir / contract.RAW_MANIFEST_FILE
     if not manifest_path.is_file():
         raise ValueError(f"{raw_dir} has no manifest.json (run `python -m balagg tinyworld data` first)")
     manifest = json.loads(manifest_path.read_text())
@@ -329,7 +329,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     }
     card["regime"]["met"] = card["regime"]["all_in_regime"] and bool(card["regime"]["wrong_longer_in"])
     save_checkpoint(model, tokenizer, out, metadata={k: card[k] for k in ("model", "shape", "seed", "prompt_template")})
-    write_json(out / "card.json", card)  # undefined statistics (no wrong answer, no mixed group) -> null
+    write_json(out / contract.MODEL_CARD_FILE, card)  # undefined statistics (no wrong answer, no mixed group) -> null
     log.info(summary_line(size, card))
     return card
 

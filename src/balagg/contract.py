@@ -51,7 +51,6 @@ DATA_DIR = "data"
 MODELS_DIR = "models"
 ANALYSIS_DIR = "analysis"
 TINYWORLD_RAW_DIR = "tinyworld/raw"
-MLFLOW_DIR = "mlflow"
 CAMPAIGN_DIRS = frozenset({"analysis", "data", "logs", "aggregation", "mlflow", "benchmarks", "models", "tinyworld"})
 """Top-level folders of a campaign that are not models (and so hold no cells)."""
 
@@ -64,7 +63,6 @@ CELL_CONFIG_FILE = "cell.json"
 MANIFEST_FILE = "manifest.json"
 TRAIN_DIR = "train"
 EVAL_DIR = "eval"
-LOGS_DIR = "logs"
 CURVE_FILE = "curve.csv"
 EVAL_TRACKING_FILE = "mlflow.json"
 
@@ -364,6 +362,3 @@ EVAL = EvalDefaults()
 TINYWORLD = TinyWorldDefaults()
 ANALYSIS = AnalysisDefaults()
 DATA = DataDefaults()
-
-CELL_KEYS = ("model", "dataset", "aggregator", "seed")
-"""What names a cell (its folder): a ``train:`` section, the campaign's or a model's, may not set them."""

@@ -205,7 +205,7 @@ def analysis_manifests(wildcards):
 
 
 def analysis_targets():
-    folder = f"{RESULTS}/analysis"
+    folder = os.path.join(RESULTS, contract.ANALYSIS_DIR)
     return [
         *(f"{folder}/table1.{ext}" for ext in ("csv", "md", "tex")),
         *(f"{folder}/figure{n}.{ext}" for n in (1, 2, 3) for ext in ("png", "pdf")),

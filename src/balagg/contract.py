@@ -134,10 +134,15 @@ def checkpoint_relpath(step: int | str) -> str:
     return f"{TRAIN_DIR}/{CHECKPOINTS_DIR}/{folder}"
 
 
+def dataset_filename(name: str) -> str:
+    """``{name}.jsonl``: a normalised training set or benchmark (docs/files.md) in its folder."""
+    return f"{name}.jsonl"
+
+
 def data_file(kind: str, name: str) -> str:
     """``data/train/{name}.jsonl`` or ``data/bench/{name}.jsonl`` (``kind`` ``train`` or ``bench``) relative to
     the campaign folder."""
-    return f"{DATA_DIR}/{kind}/{name}.jsonl"
+    return f"{DATA_DIR}/{kind}/{dataset_filename(name)}"
 
 
 # ---- benchmarks --------------------------------------------------------------------------------------

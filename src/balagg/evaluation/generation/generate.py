@@ -34,6 +34,7 @@ from balagg.io import read_jsonl, write_json, write_jsonl
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class RunSummary:
     out: str
@@ -95,7 +96,7 @@ def prompt_ids(record: dict, tokenizer, config: GenerationConfig) -> list[int]:
 
 
 def load_benchmark(benchmarks_dir: str | os.PathLike, name: str) -> list[dict]:
-    path = Path(benchmarks_dir) / f"{name}.jsonl"
+    path = Path(benchmarks_dir) / contract.dataset_filename(name)
     if not path.is_file():
         raise ValueError(f"benchmark file {path} not found (run prepare-data first)")
     records = list(read_jsonl(path))

@@ -55,7 +55,7 @@ class _Problem:
 
 def load_benchmark_records(benchmarks_dir: Path, name: str) -> dict[str, dict]:
     """``{id: record}`` of ``{benchmarks_dir}/{name}.jsonl``; a record without what scoring needs is an error."""
-    path = benchmarks_dir / f"{name}.jsonl"
+    path = benchmarks_dir / contract.dataset_filename(name)
     if not path.is_file():
         raise ValueError(f"benchmark file {path} not found")
     records: dict[str, dict] = {}

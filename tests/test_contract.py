@@ -221,3 +221,9 @@ def test_training_and_evaluation_render_a_braced_template_alike(tmp_path):
     trained = build_prompts(cell, build_tokenizer())[0]["prompt"]
     evaluated = user_message({"kind": "math", "problem": problem}, GenerationConfig(math_template=template))
     assert trained == evaluated == "Compute {1+2}. Put it in \\boxed{}; {braces} stay."
+
+
+def test_the_contract_imports_nothing_heavy():
+    probe = ("import sys, balagg.contract; heavy = {'torch', 'transformers', 'pandas', 'numpy', 'yaml'} & "
+             "set(sys.modules); assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)

@@ -277,6 +277,9 @@ def test_policy_loss_refuses_settings_that_would_not_be_exact():
     config.global_batch_info.update(dp_size=1, batch_num_tokens=3, global_batch_size=2)
     loss, metrics = call_loss(config, empty)
     assert float(loss) == 0.0 and "actor/pg_clipfrac" in metrics
+    # the path is read from what verl hands the loss: global counts on the engine workers, none on the legacy one
+    assert plugin.check_actor(config, plugin.LOSS_AGG_MODE, empty) == plugin.ENGINE
+    assert plugin.check_actor(actor_config(plugin.LOSS_AGG_MODE), plugin.LOSS_AGG_MODE, mask) == plugin.LEGACY
 
 
 def verl_trainer_config(*overrides: str):

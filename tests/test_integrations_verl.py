@@ -21,8 +21,12 @@ import torch
 pytest.importorskip("verl")
 
 from omegaconf import OmegaConf  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
+from verl.workers.config.actor import PolicyLossConfig  # noqa: E402
+from verl.workers.utils.losses import ppo_loss  # noqa: E402
 
 from balagg.integrations import verl as plugin  # noqa: E402
 
@@ -117,6 +121,45 @@ def actor_step(batch: dict, advantages: torch.Tensor, *, path: str, layout: str,
     return total.detach(), grad
 
 
+def engine_ppo_loss_step(batch: dict, advantages: torch.Tensor, *, layout: str, loss_mode: str,
+                         loss_agg_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like :func:`actor_step` on the engine path, but through the loss function the engine workers call,
+    ``verl.workers.utils.losses.ppo_loss``: it reads dp_size / batch_num_tokens / global_batch_size from
+    the micro-batch's TensorDict (as FSDPEngine.forward_backward_batch assigns them) and un-pads the
+    model's flat log-probs (prompt length 2, responses left-shifted by one token as a causal LM's)."""
+    dp, splits = LAYOUTS[layout]
+    mask = batch["mask"]
+    size, prompt = mask.shape[0], 2
+    per_rank = size // dp
+    log_prob = batch["log_prob"].clone().requires_grad_(True)
+    config = actor_config(loss_agg_mode, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+    total = torch.zeros((), dtype=torch.float64)
+    for rank in range(dp):
+        start = rank * per_rank
+        for rows in splits[rank]:
+            sl = slice(start, start + rows)
+            start += rows
+            # one flat value per token of prompt + response; response token t's log-prob sits at position
+            # prompt - 1 + t (the logits that predict it), the last position predicts nothing
+            flat = torch.cat([torch.cat([torch.zeros(prompt - 1, dtype=torch.float64), row[: int(n)],
+                                         torch.zeros(1, dtype=torch.float64)])
+                              for row, n in zip(log_prob[sl], mask[sl].sum(-1))])
+            data = TensorDict({
+                "prompts": torch.ones(rows, prompt, dtype=torch.long),
+                "responses": torch.ones(rows, T, dtype=torch.long),
+                "attention_mask": torch.cat([torch.ones(rows, prompt, dtype=torch.long), mask[sl].long()], dim=1),
+                "response_mask": mask[sl].long(),
+                "old_log_probs": batch["old_log_prob"][sl],
+                "advantages": advantages[sl],
+            }, batch_size=[rows])
+            tu.assign_non_tensor(data, dp_size=dp, batch_num_tokens=int(mask.sum()), global_batch_size=size)
+            loss, _ = ppo_loss(config, {"log_probs": flat}, data)
+            total = total + loss
+    total = total / dp
+    (grad,) = torch.autograd.grad(total, log_prob)
+    return total.detach(), grad
+
+
 def clipped_surrogate(batch: dict, advantages: torch.Tensor) -> torch.Tensor:
     """l_it: the dual-clip PPO surrogate per token, written out (not verl's code)."""
     log_prob = batch["log_prob"]
@@ -184,6 +227,19 @@ def test_seq_agg_equals_verls_seq_mean_token_mean(norm_by_std, path, layout):
 def test_balanced_agg_equals_the_papers_formula_per_group(seed, path, layout):
     batch = make_batch(seed)
     assert_same(run_plugin(batch, "balanced-agg", path, layout), balanced_aggregation_reference(batch))
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_through_the_engine_workers_ppo_loss(layout):
+    """The same equalities through verl's engine-worker loss (workers/utils/losses.py::ppo_loss)."""
+    batch = make_batch(8)
+    plugin_step = {rule: engine_ppo_loss_step(batch, plugin_advantages(batch, rule), layout=layout,
+                                              loss_mode=plugin.POLICY_LOSS, loss_agg_mode=plugin.LOSS_AGG_MODE)
+                   for rule in ("token-agg", "seq-agg", "balanced-agg")}
+    for rule, mode in (("token-agg", "token-mean"), ("seq-agg", "seq-mean-token-mean")):
+        assert_same(plugin_step[rule], engine_ppo_loss_step(batch, grpo_advantages(batch), layout=layout,
+                                                            loss_mode="vanilla", loss_agg_mode=mode))
+    assert_same(plugin_step["balanced-agg"], balanced_aggregation_reference(batch))
 
 
 def test_the_rules_differ_on_this_batch():

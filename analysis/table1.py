@@ -29,7 +29,7 @@ from balagg.analysis.campaign import Campaign
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
 
 # best@8: any of the 8 samples correct; best@8 (bootstrap): verl's best@8/mean, which the paper most
-# likely reports (docs/evaluation.md)
+# likely reports (docs/files.md, summary.json)
 VALUE_COLUMNS: tuple[str, ...] = ("peak_acc@8", "peak_best@8", "peak_best@8_bootstrap",
                                   "last_acc@8", "last_best@8", "last_best@8_bootstrap")
 HEADERS = {"peak_acc@8": "Peak Acc@8", "peak_best@8": "Peak Best@8", "peak_best@8_bootstrap": "Peak Best@8 (bootstrap)",

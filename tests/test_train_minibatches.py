@@ -215,3 +215,25 @@ def test_importance_sampling_masked_fractions():
     assert importance_sampling_masked_fractions(both)["vllm_is_masked_frac"] == pytest.approx(2 / 6)
     with pytest.raises(ValueError, match="does not fit"):
         importance_sampling_masked_counts(torch.ones(4, 3), mask)
+
+
+def test_is_masked_fractions_reach_the_step_statistics(model_dir, tmp_path):
+    """With the correction on, TRL's ratio in the generation output becomes vllm_is_masked_* in
+    generation_stats, which the metrics callback writes into every step's metrics.jsonl line."""
+    from datasets import Dataset
+
+    args = trl.GRPOConfig(output_dir=str(tmp_path), loss_type="dr_grpo", beta=0.0, num_generations=G,
+                          per_device_train_batch_size=4, max_completion_length=MAX_LEN, max_steps=1, report_to="none",
+                          bf16=False, use_cpu=True, save_strategy="no")
+    trainer = AggregatedGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args,
+                                    train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 4),
+                                    processing_class=load_tokenizer(model_dir), reward_funcs=[length_parity_reward],
+                                    aggregation="balanced-agg")
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    lengths, advantages, groups = mask.sum(1), torch.tensor([1.0, -1.0, 1.0, -1.0]), torch.zeros(4, dtype=torch.long)
+    output = {"completion_mask": mask, "importance_sampling_ratio": torch.tensor([[0.0], [1.2], [0.9], [0.0]])}
+    trainer._record_generation_stats("train", lengths, advantages, groups, torch.ones(4) / 9, output)
+    assert trainer.generation_stats["vllm_is_masked_frac"] == 0.5
+    assert trainer.generation_stats["vllm_is_masked_token_frac"] == 6 / 9
+    trainer._record_generation_stats("train", lengths, advantages, groups, torch.ones(4) / 9, {"completion_mask": mask})
+    assert "vllm_is_masked_frac" not in trainer.generation_stats  # correction off: no such metric

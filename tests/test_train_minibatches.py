@@ -237,3 +237,48 @@ def test_is_masked_fractions_reach_the_step_statistics(model_dir, tmp_path):
     assert trainer.generation_stats["vllm_is_masked_token_frac"] == 6 / 9
     trainer._record_generation_stats("train", lengths, advantages, groups, torch.ones(4) / 9, {"completion_mask": mask})
     assert "vllm_is_masked_frac" not in trainer.generation_stats  # correction off: no such metric
+
+
+def test_two_processes_layout_and_step_weights_without_processes():
+    """The multi-process bookkeeping on its own: 2 ranks, each with 4 groups of 4 in a group order,
+    micro-batches of 2, GA 2, 4 mini-batches. Every optimiser step (over both ranks) gets whole groups and
+    balanced-agg sides k/G, (G-k)/G of 1/#groups-in-step; token-agg-microbatch 1/(T_m * GA * P)."""
+    from types import SimpleNamespace
+
+    def fake(rank, rule, group_preserving=True):
+        return SimpleNamespace(
+            accelerator=SimpleNamespace(process_index=rank), num_generations=G, aggregation=rule,
+            aggregation_scope="group" if rule == "balanced-agg" else "batch", max_completion_length=MAX_LEN,
+            group_preserving_minibatches=group_preserving, mini_batches=4,
+            args=SimpleNamespace(per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=8))
+
+    gen = torch.Generator().manual_seed(0)
+    rows_per_rank = 16
+    lengths = torch.randint(1, 30, (2 * rows_per_rank,), generator=gen)
+    rewards = torch.tensor([1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1] * 2, dtype=torch.float64)
+    groups = torch.arange(2 * rows_per_rank) // G
+    advantages = (rewards - rewards.view(-1, G).mean(1).repeat_interleave(G)).float()
+    for rule in ("balanced-agg", "token-agg-microbatch"):
+        micro, step = [], []
+        for rank in range(2):
+            order = (torch.randperm(4, generator=gen)[:, None] * G + torch.arange(G)).flatten()
+            m, s = AggregatedGRPOTrainer._local_layout(fake(rank, rule), order, "train")
+            micro.append(m)
+            step.append(s)
+        micro, step = torch.cat(micro), torch.cat(step)
+        assert sorted(Counter(step.tolist()).values()) == [8] * 4  # 4 steps of 2 x 4 responses
+        weights = AggregatedGRPOTrainer.step_weights(fake(0, rule), lengths, advantages, groups, micro, step).double()
+        for s in range(4):
+            in_step = step == s
+            step_groups = Counter(groups[in_step].tolist())
+            assert set(step_groups.values()) == {G} and len(step_groups) == 2  # one whole group from each rank
+            if rule == "balanced-agg":
+                for g in step_groups:
+                    rows = groups == g
+                    k = int((advantages[rows] > 0).sum())
+                    pos = float((weights * lengths)[rows & (advantages > 0)].sum())
+                    assert pos == pytest.approx((k / G) / 2)
+            else:
+                for m in micro[in_step].unique():
+                    rows = micro == m
+                    assert torch.allclose(weights[rows], 1 / (lengths[rows].sum().double() * 2 * 2))

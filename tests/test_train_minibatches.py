@@ -183,19 +183,35 @@ def test_trls_response_shuffle_splits_groups_across_steps(model_dir, tmp_path):
     assert any(len(rows) < G for step in steps for rows in by_group(step).values())
 
 
-def test_group_preserving_needs_whole_groups_per_step(model_dir, tmp_path):
+def untrained(model_dir, tmp_path, *, aggregation="balanced-agg", group_preserving=False, **config):
+    """An AggregatedGRPOTrainer that is only built (for its bookkeeping methods)."""
     from datasets import Dataset
 
-    tokenizer = load_tokenizer(model_dir)
-    args = trl.GRPOConfig(output_dir=str(tmp_path), loss_type="dr_grpo", beta=0.0, num_generations=G,
-                          per_device_train_batch_size=2, gradient_accumulation_steps=1, steps_per_generation=4,
-                          max_completion_length=MAX_LEN, max_steps=1, report_to="none", bf16=False,
-                          use_cpu=True, save_strategy="no")
+    args = trl.GRPOConfig(**{"output_dir": str(tmp_path), "loss_type": "dr_grpo", "beta": 0.0, "num_generations": G,
+                             "per_device_train_batch_size": 4, "max_completion_length": MAX_LEN, "max_steps": 1,
+                             "report_to": "none", "bf16": False, "use_cpu": True, "save_strategy": "no", **config})
+    return AggregatedGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args,
+                                 train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 4),
+                                 processing_class=load_tokenizer(model_dir), reward_funcs=[length_parity_reward],
+                                 aggregation=aggregation, group_preserving_minibatches=group_preserving)
+
+
+def test_group_preserving_needs_whole_groups_per_step(model_dir, tmp_path):
     with pytest.raises(ValueError, match="whole groups"):
-        AggregatedGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args,
-                              train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 4), processing_class=tokenizer,
-                              reward_funcs=[length_parity_reward], aggregation="balanced-agg",
-                              group_preserving_minibatches=True)
+        untrained(model_dir, tmp_path, group_preserving=True, per_device_train_batch_size=2,
+                  gradient_accumulation_steps=1, steps_per_generation=4)
+
+
+def test_eval_batches_get_the_rule_over_the_batch_whatever_the_mini_batches(model_dir, tmp_path):
+    trainer = untrained(model_dir, tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                        steps_per_generation=4, per_device_eval_batch_size=4)
+    trainer.model.eval()
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    advantages = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    out = trainer._weight_advantages({"completion_mask": mask, "advantages": advantages}, torch.arange(4))
+    # balanced-agg over one group of 4: sides 1/2 each, over 3 + 1 and 2 + 3 tokens; C = 1 * 4 * MAX_LEN
+    expected = advantages * torch.tensor([0.5 / 4, 0.5 / 5, 0.5 / 4, 0.5 / 5]) * 4 * MAX_LEN
+    assert torch.allclose(out["advantages"], expected)
 
 
 def test_importance_sampling_masked_fractions():
@@ -220,15 +236,7 @@ def test_importance_sampling_masked_fractions():
 def test_is_masked_fractions_reach_the_step_statistics(model_dir, tmp_path):
     """With the correction on, TRL's ratio in the generation output becomes vllm_is_masked_* in
     generation_stats, which the metrics callback writes into every step's metrics.jsonl line."""
-    from datasets import Dataset
-
-    args = trl.GRPOConfig(output_dir=str(tmp_path), loss_type="dr_grpo", beta=0.0, num_generations=G,
-                          per_device_train_batch_size=4, max_completion_length=MAX_LEN, max_steps=1, report_to="none",
-                          bf16=False, use_cpu=True, save_strategy="no")
-    trainer = AggregatedGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args,
-                                    train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 4),
-                                    processing_class=load_tokenizer(model_dir), reward_funcs=[length_parity_reward],
-                                    aggregation="balanced-agg")
+    trainer = untrained(model_dir, tmp_path)
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
     lengths, advantages, groups = mask.sum(1), torch.tensor([1.0, -1.0, 1.0, -1.0]), torch.zeros(4, dtype=torch.long)
     output = {"completion_mask": mask, "importance_sampling_ratio": torch.tensor([[0.0], [1.2], [0.9], [0.0]])}

@@ -207,7 +207,11 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         micro_batches = gather(micro_batch.to(device)).cpu()
         steps = gather(step.to(device)).cpu()
         group_ids = torch.arange(lengths.numel()) // self.num_generations
-        weights = self.step_weights(lengths, advantages, group_ids, micro_batches, steps)
+        if mode == "train":
+            weights = self.step_weights(lengths, advantages, group_ids, micro_batches, steps)
+        else:  # one evaluation batch: the rule over it
+            weights = aggregation_weights(self.aggregation, lengths, advantages, group_ids, scope=self.aggregation_scope,
+                                          max_length=self.max_completion_length, micro_batch_ids=micro_batches)
         start = self.accelerator.process_index * rows
         local_weights = weights[start:start + rows].to(local_advantages.device)
         scale = local_weights.to(local_advantages.dtype) * self._aggregation_constant(mode)

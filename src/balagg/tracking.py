@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from balagg.evaluation.metrics import EVAL_METRICS
+
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 3.0
@@ -164,7 +166,7 @@ def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]
     by_step: dict[int, dict[str, float]] = {}
     for row in curve_rows:
         step = int(row["step"])
-        for metric in ("acc@8", "best@8"):
+        for metric in EVAL_METRICS:
             value = row.get(metric)
             if value not in (None, "") and math.isfinite(float(value)):
                 by_step.setdefault(step, {})[metric_key(row["benchmark"], metric)] = float(value)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from balagg.evaluation.metrics import summary_rows
+from balagg.evaluation.metrics import EVAL_METRICS, summary_rows
 
 __all__ = [
     "BENCHMARKS",
@@ -46,7 +46,10 @@ BENCHMARKS: tuple[str, ...] = ("math500", "aime24", "aime25", "olympiadbench", "
 MEAN = "mean"
 """The pseudo-benchmark holding the six-benchmark mean in ``curve.csv`` and ``summary.json``."""
 
-METRICS: tuple[str, ...] = ("acc@8", "best@8")
+METRICS: tuple[str, ...] = EVAL_METRICS
+REQUIRED_METRICS: tuple[str, ...] = ("acc@8", "best@8")
+"""A step counts as evaluated when these are finite; ``best@8_bootstrap`` is NaN in summaries scored
+before it existed."""
 
 _NON_CELL_TOP_DIRS = frozenset({"analysis", "data", "logs", "aggregation", "mlflow", "benchmarks"})
 _SEED_DIR = re.compile(r"^seed(\d+)$")
@@ -118,7 +121,7 @@ class Campaign:
     """A campaign's results as tidy tables.
 
     ``evals``: one row per (cell, complete step, benchmark incl. ``mean``) with columns
-    ``model, dataset, aggregator, seed, step, benchmark, acc@8, best@8``; only steps where every
+    ``model, dataset, aggregator, seed, step, benchmark, acc@8, best@8, best@8_bootstrap``; only steps where every
     campaign benchmark and the mean are present. ``train``: one row per (cell, logged step) with
     ``model, dataset, aggregator, seed, step`` and every numeric metric of ``metrics.jsonl``.
     ``grid``: the cells the campaign should hold; ``cells``: those with a folder.
@@ -224,12 +227,12 @@ def _read_curve(path: Path) -> list[dict]:
         if missing:
             raise ValueError(f"{path}: missing columns {missing} (docs/files.md: {','.join(_CURVE_COLUMNS)},...)")
         return [{"step": int(row["step"]), "benchmark": row["benchmark"],
-                 "acc@8": _finite(row["acc@8"]), "best@8": _finite(row["best@8"])} for row in reader]
+                 **{m: _finite(row.get(m)) for m in METRICS}} for row in reader]
 
 
 def _read_summary(path: Path) -> list[dict]:
-    return [{"step": row["step"], "benchmark": row["benchmark"], "acc@8": _finite(row["acc@8"]),
-             "best@8": _finite(row["best@8"])} for row in summary_rows(json.loads(path.read_text()))]
+    return [{"step": row["step"], "benchmark": row["benchmark"], **{m: _finite(row[m]) for m in METRICS}}
+            for row in summary_rows(json.loads(path.read_text()))]
 
 
 def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dict]:
@@ -303,7 +306,7 @@ def _complete_steps(cell: Cell, rows: list[dict], benchmarks: Sequence[str],
     for step in sorted(by_step):
         present = by_step[step]
         lacking = [b for b in (*benchmarks, MEAN)
-                   if b not in present or not all(math.isfinite(present[b][m]) for m in METRICS)]
+                   if b not in present or not all(math.isfinite(present[b][m]) for m in REQUIRED_METRICS)]
         if lacking:
             problems.append(Problem("incomplete-step", f"evaluation lacks {', '.join(lacking)}; step left out",
                                     cell.key, step))

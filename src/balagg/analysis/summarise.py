@@ -29,8 +29,10 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "dataset", "model", "aggregator", "benchmark", "n_seeds", "n_seeds_grid",
     "peak_acc@8", "peak_acc@8_std", "peak_acc@8_step",
     "peak_best@8", "peak_best@8_std", "peak_best@8_step",
+    "peak_best@8_bootstrap", "peak_best@8_bootstrap_std", "peak_best@8_bootstrap_step",
     "last_step", "last_acc@8", "last_acc@8_std", "last_best@8", "last_best@8_std",
-    "step0_acc@8", "step0_best@8", "note",
+    "last_best@8_bootstrap", "last_best@8_bootstrap_std",
+    "step0_acc@8", "step0_best@8", "step0_best@8_bootstrap", "note",
 )
 
 
@@ -73,21 +75,23 @@ def _group_summary(campaign: Campaign, model: str, dataset: str, aggregator: str
         row["note"] = "; ".join(notes)
         return row
     trained = [step for step in complete if step > 0] or list(complete)
-    for metric in METRICS:
+    for metric in METRICS:  # skipna=False: best@8_bootstrap is NaN in summaries scored before it existed
         table = per_seed[metric].loc[trained]
-        mean = table.mean(axis=1)
+        mean = table.mean(axis=1, skipna=False)
+        if mean.isna().all():
+            continue
         peak_step = int(mean.idxmax())
         row[f"peak_{metric}"] = float(mean.loc[peak_step])
         row[f"peak_{metric}_std"] = _std(table.loc[peak_step])
         row[f"peak_{metric}_step"] = peak_step
         if 0 in complete:
-            row[f"step0_{metric}"] = float(per_seed[metric].loc[0].mean())
+            row[f"step0_{metric}"] = float(per_seed[metric].loc[0].mean(skipna=False))
 
     final = _setting_final_step(campaign, model, dataset)
     row["last_step"] = final
     if final in complete:
         for metric in METRICS:
-            row[f"last_{metric}"] = float(per_seed[metric].loc[final].mean())
+            row[f"last_{metric}"] = float(per_seed[metric].loc[final].mean(skipna=False))
             row[f"last_{metric}_std"] = _std(per_seed[metric].loc[final])
     else:
         notes.append(f"last step {final} not evaluated in every seed (last complete step {max(complete)}): "
@@ -110,7 +114,7 @@ def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> 
             for dataset in campaign.datasets for model in campaign.models for aggregator in campaign.aggregators
             for benchmark in benchmarks if campaign.group_keys(model, dataset, aggregator)]
     frame = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
-    for column in ("peak_acc@8_step", "peak_best@8_step", "last_step"):
+    for column in ("peak_acc@8_step", "peak_best@8_step", "peak_best@8_bootstrap_step", "last_step"):
         frame[column] = frame[column].astype("Int64")
     return frame
 

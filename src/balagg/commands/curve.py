@@ -1,7 +1,7 @@
 """``python -m balagg curve``: one cell's evaluation summaries (one per checkpoint) as one table.
 
-Writes ``eval/curve.csv`` (docs/files.md): columns step, benchmark, acc@8, best@8, n_problems,
-n_samples, truncation_rate; ``benchmark = mean`` rows hold the mean over the benchmarks.
+Writes ``eval/curve.csv`` (docs/files.md): columns step, benchmark, acc@8, best@8, best@8_bootstrap,
+n_problems, n_samples, truncation_rate; ``benchmark = mean`` rows hold the mean over the benchmarks.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ raises, scores 0 and is counted); code answers (the last fenced block after the 
 :func:`~balagg.evaluation.math.strip_reasoning`) run in the :class:`~balagg.evaluation.sandbox.Sandbox`
 and score 1 only if every test passes. Per problem: the 0/1 flags and truncation flags
 (``finish_reason == "length"``) of samples 0..n-1. Per benchmark (:mod:`balagg.evaluation.metrics`):
-``acc@n`` = mean over problems of c/n, ``best@n`` = share of problems with c > 0, optional unbiased
+``acc@n`` = mean over problems of c/n, ``best@n`` = share of problems with c > 0, ``best@n_bootstrap`` =
+verl's bootstrap best@n (:func:`~balagg.evaluation.metrics.bootstrap_best_at_n`), optional unbiased
 ``pass@k``, problem and sample counts, truncation rate. ``mean``: the unweighted mean over the
 benchmarks present. File formats: docs/files.md.
 """
@@ -209,13 +210,15 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     benchmarks = {}
     for name, rows in per_benchmark.items():
         metrics = benchmark_metrics([flags for flags, _ in rows], config.pass_ks)
-        entry = {f"acc@{n}": metrics["acc"], f"best@{n}": metrics["best"], "n_problems": len(rows),
+        entry = {f"acc@{n}": metrics["acc"], f"best@{n}": metrics["best"],
+                 f"best@{n}_bootstrap": metrics["best_bootstrap"], "n_problems": len(rows),
                  "n_samples": len(rows) * n,
                  "truncation_rate": sum(sum(t) for _, t in rows) / (len(rows) * n)}
         entry.update({key: value for key, value in metrics.items() if key.startswith("pass@")})
         entry.update(dict(counts.get(name, {})))
         benchmarks[name] = entry
-    mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks) for key in (f"acc@{n}", f"best@{n}")}
+    mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks)
+            for key in (f"acc@{n}", f"best@{n}", f"best@{n}_bootstrap")}
     if checkpoint is None:
         meta = generations.parent / "generation.json"
         if meta.is_file():

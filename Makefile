@@ -15,12 +15,12 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,workflow]'
+	$(BIN)/python -m pip install --quiet -e '.[train,eval,workflow,dev]'
 	touch $@
 
 # lighteval only for the test that cross-checks our math verifier against lighteval's own metric.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,workflow,lighteval]'
+	$(BIN)/python -m pip install --quiet -e '.[train,eval,workflow,dev,lighteval]'
 	touch $@
 
 # Workflow rules call `python -m balagg`, so the venv goes first on PATH.

@@ -1,4 +1,4 @@
-"""Table 1: peak and last-step Acc@8 / Best@8 per dataset x model x aggregator.
+"""Table 1: peak and last-step Acc@8 / Best@8 / Best@8 (bootstrap) per dataset x model x aggregator.
 
     python analysis/table1.py --campaign-dir results/X --out results/X/analysis  (--help: all options)
 

@@ -13,16 +13,21 @@ REPO = Path(__file__).resolve().parents[1]
 OFFSETS = (-0.05, -0.03, -0.01, 0.01, 0.03, 0.05)
 """Per-benchmark offsets around the six-benchmark mean; they sum to zero, so the mean is exact."""
 
+BOOTSTRAP_GAP = 0.05
+"""best@8 - best@8_bootstrap in the fixture cells."""
+
 
 def write_cell(campaign: Path, model: str, dataset: str, aggregator: str, seed: int,
                means: dict[int, tuple[float, float]], metrics: list[dict] | None = None, *,
                layout: str = "curve", manifest: bool = True, checkpoints: tuple[int, ...] = (),
-               drop_benchmark: dict[int, str] | None = None) -> Path:
+               drop_benchmark: dict[int, str] | None = None, bootstrap: bool = True) -> Path:
     """Write one cell: per step the six-benchmark mean (acc@8, best@8), spread over benchmarks by OFFSETS.
 
     ``layout``: ``curve`` writes eval/curve.csv, ``summary`` writes eval/step-*/summary.json.
     ``checkpoints``: extra train/checkpoints/step-* folders (a checkpoint with no evaluation).
     ``drop_benchmark``: {step: benchmark} left out of that step's evaluation.
+    ``bootstrap``: also write best@8_bootstrap = best@8 - BOOTSTRAP_GAP (False: a summary scored before
+    the bootstrap column existed).
     """
     cell = campaign / model / dataset / aggregator / f"seed{seed}"
     (cell / "train").mkdir(parents=True, exist_ok=True)
@@ -32,8 +37,10 @@ def write_cell(campaign: Path, model: str, dataset: str, aggregator: str, seed: 
             if (drop_benchmark or {}).get(step) == bench:
                 continue
             rows.append({"step": step, "benchmark": bench, "acc@8": acc + offset, "best@8": best + offset,
+                         **({"best@8_bootstrap": best + offset - BOOTSTRAP_GAP} if bootstrap else {}),
                          "n_problems": 10, "n_samples": 80, "truncation_rate": 0.0})
         rows.append({"step": step, "benchmark": "mean", "acc@8": acc, "best@8": best,
+                     **({"best@8_bootstrap": best - BOOTSTRAP_GAP} if bootstrap else {}),
                      "n_problems": 60, "n_samples": 480, "truncation_rate": 0.0})
     eval_dir = cell / "eval"
     eval_dir.mkdir(exist_ok=True)
@@ -49,9 +56,10 @@ def write_cell(campaign: Path, model: str, dataset: str, aggregator: str, seed: 
             folder = eval_dir / f"step-{step:06d}"
             folder.mkdir(exist_ok=True)
             summary = {"checkpoint": str(cell / f"train/checkpoints/step-{step:06d}"), "step": step, "n": 8,
-                       "benchmarks": {r["benchmark"]: {"acc@8": r["acc@8"], "best@8": r["best@8"]}
+                       "benchmarks": {r["benchmark"]: {k: r[k] for k in ("acc@8", "best@8", "best@8_bootstrap") if k in r}
                                       for r in rows if r["step"] == step and r["benchmark"] != "mean"},
-                       "mean": {"acc@8": acc, "best@8": best}}
+                       "mean": {k: r[k] for r in rows if r["step"] == step and r["benchmark"] == "mean"
+                                for k in ("acc@8", "best@8", "best@8_bootstrap") if k in r}}
             (folder / "summary.json").write_text(json.dumps(summary))
     for step in checkpoints:
         (cell / "train" / "checkpoints" / f"step-{step:06d}").mkdir(parents=True, exist_ok=True)

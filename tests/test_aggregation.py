@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from balagg.aggregation import (
     ALIASES,
     DEFAULT_SCOPES,
+    MICRO_BATCH_RULES,
     RULES,
     aggregate,
     aggregation_weights,
@@ -28,6 +29,9 @@ from balagg.aggregation import (
 def reference_weights(rule, lengths, advantages, group_ids, scope="group", max_length=None):
     rule = canonical_rule(rule)
     n = len(lengths)
+    if rule == "token-agg-microbatch":  # no micro-batch ids: the whole call is one micro-batch
+        total = sum(lengths)
+        return torch.tensor([1.0 / total if total > 0 else 0.0] * n, dtype=torch.float64)
     if scope == "batch":
         group_ids = [0] * n
     groups: dict = {}
@@ -110,7 +114,9 @@ def side_totals(rule, lengths, advantages, group_ids, **kw):
 
 
 def test_rule_names_and_aliases():
-    assert RULES == ("seq-agg", "token-agg", "balanced-agg", "balanced-agg-mass", "seq-mean-token-sum", "dr-grpo")
+    assert RULES == ("seq-agg", "token-agg", "token-agg-microbatch", "balanced-agg", "balanced-agg-mass",
+                     "seq-mean-token-sum", "dr-grpo")
+    assert MICRO_BATCH_RULES == ("token-agg-microbatch",)
     assert canonical_rule("seq-mean-token-mean") == "seq-agg"
     assert canonical_rule("token-mean") == "token-agg"
     assert canonical_rule("seq-mean-token-sum-norm") == "dr-grpo"
@@ -394,7 +400,8 @@ def test_length_diagnostics_values():
     assert d["len_pos_mean"] == 15 and d["len_neg_mean"] == 45 and d["len_gap"] == 30
     assert d["mixed_group_frac"] == 0.5
     for rule in RULES:
-        assert f"side_weight/{rule}/pos" in d and f"side_weight/{rule}/neg" in d
+        present = rule not in MICRO_BATCH_RULES  # its weights belong to a micro-batch split, not to the batch
+        assert (f"side_weight/{rule}/pos" in d) == present and (f"side_weight/{rule}/neg" in d) == present
     # seq/BA balance the sides; token-agg tilts towards the longer (negative) side
     assert d["side_weight/balanced-agg/pos"] == pytest.approx(d["side_weight/balanced-agg/neg"])
     assert d["side_weight/seq-agg/pos"] == pytest.approx(d["side_weight/seq-agg/neg"])
@@ -405,3 +412,78 @@ def test_length_diagnostics_without_mixed_groups_is_nan_not_wrong():
     d = length_diagnostics([3, 4], [0.0, 0.0], [0, 0])
     assert math.isnan(d["len_gap"]) and d["mixed_group_frac"] == 0
     assert "side_weight/dr-grpo/pos" not in d  # no max_length given
+
+
+# ------------------------------------------------------------------------------------------------
+# token-agg-microbatch: verl's legacy FSDP token-mean (issue verl#5625)
+# ------------------------------------------------------------------------------------------------
+
+
+def verl_agg_loss_token_mean(loss_mat, loss_mask):
+    """verl ``agg_loss(loss_agg_mode="token-mean")`` as the legacy FSDP actor ran it (verl
+    ``verl/trainer/ppo/core_algos.py``, quoted in verl issue 5625): ``masked_sum(loss_mat, loss_mask) /
+    batch_num_tokens * dp_size`` with an empty ``global_batch_info``, so ``batch_num_tokens`` falls back
+    to ``loss_mask.sum()`` (the micro-batch's own tokens) and ``dp_size`` to 1."""
+    batch_num_tokens = loss_mask.sum()
+    dp_size = 1
+    return (loss_mat * loss_mask).sum() / batch_num_tokens * dp_size
+
+
+def verl_legacy_update(params, mask, rank_micro_batches):
+    """verl's legacy ``DataParallelPPOActor.update_policy`` for one mini-batch (dp_actor.py before
+    verl#6067): on every rank, per micro-batch ``loss = policy_loss / self.gradient_accumulation``;
+    ``loss.backward()``; FSDP then averages the ranks' gradients. Returns (loss, gradient)."""
+    ranks = len(rank_micro_batches)
+    total, grad = 0.0, torch.zeros_like(params)
+    for micro_batches in rank_micro_batches:
+        gradient_accumulation = len(micro_batches)
+        for rows in micro_batches:
+            p = params.detach().clone().requires_grad_(True)
+            loss = verl_agg_loss_token_mean(p[rows], mask[rows]) / gradient_accumulation
+            loss.backward()
+            total += float(loss.detach()) / ranks
+            grad += p.grad / ranks  # FSDP / DDP gradient averaging over data-parallel ranks
+    return total, grad
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_token_agg_microbatch_equals_verls_legacy_loop(ranks):
+    per_token, mask, adv, groups, lengths = random_batch(4, n_groups=4, G=4)  # 16 responses, lengths vary
+    # per rank 2 micro-batches of 4 (ranks=2) or 4 micro-batches of 4 (ranks=1), in a shuffled order
+    order = torch.randperm(16, generator=torch.Generator().manual_seed(5))
+    chunks = list(order.split(4))
+    per_rank = len(chunks) // ranks
+    rank_micro_batches = [chunks[r * per_rank:(r + 1) * per_rank] for r in range(ranks)]
+    expected_loss, expected_grad = verl_legacy_update(per_token, mask, rank_micro_batches)
+
+    micro_batch_ids = torch.empty(16, dtype=torch.long)
+    for m, rows in enumerate(chunks):
+        micro_batch_ids[rows] = m
+    w = aggregation_weights("token-agg-microbatch", lengths, adv, groups, micro_batch_ids=micro_batch_ids).double()
+    tokens = {m: float(lengths[rows].sum()) for m, rows in enumerate(chunks)}
+    assert torch.allclose(w, torch.tensor([1 / (tokens[int(m)] * 4) for m in micro_batch_ids], dtype=torch.float64))
+    params = per_token.clone().requires_grad_(True)
+    loss = aggregate(params, mask, w)
+    loss.backward()
+    assert float(loss) == pytest.approx(expected_loss, rel=1e-12)
+    assert torch.allclose(params.grad, expected_grad, rtol=1e-12, atol=1e-15)
+    # a mean of micro-batch token means is not the token mean (the micro-batches' token counts differ)
+    assert len(set(tokens.values())) > 1
+    token_mean = aggregate(per_token, mask, aggregation_weights("token-agg", lengths, adv, groups, scope="batch").double())
+    assert abs(float(token_mean) - expected_loss) > 1e-6
+
+
+def test_token_agg_microbatch_edge_cases():
+    # one micro-batch: the token mean of the call; an empty micro-batch gets weight 0; ids of any type
+    assert torch.allclose(aggregation_weights("token-agg-microbatch", [2, 6], [1.0, -1.0], [0, 0]),
+                          torch.tensor([1 / 8, 1 / 8]))
+    w = aggregation_weights("token-agg-microbatch", [0, 0, 3, 1], [1.0, -1.0, 1.0, -1.0], [0, 0, 1, 1],
+                            micro_batch_ids=["a", "a", "b", "b"])
+    assert torch.allclose(w, torch.tensor([0.0, 0.0, 1 / 8, 1 / 8]))
+    # the scope does not change it
+    assert torch.equal(aggregation_weights("token-agg-microbatch", [3, 1], [1.0, -1.0], [0, 1], scope="group",
+                                           micro_batch_ids=[0, 1]),
+                       aggregation_weights("token-agg-microbatch", [3, 1], [1.0, -1.0], [0, 1], scope="batch",
+                                           micro_batch_ids=[0, 1]))
+    with pytest.raises(ValueError, match="3 entries but there are 2"):
+        aggregation_weights("token-agg-microbatch", [3, 1], [1.0, -1.0], [0, 1], micro_batch_ids=[0, 1, 2])

@@ -11,7 +11,8 @@ import pytest
 
 from balagg.analysis import load_campaign, table1
 
-from analysis_fixtures import AGGREGATORS, DAPO, REPO, STEPS, make_campaign, train_metrics, write_cell
+from analysis_fixtures import (AGGREGATORS, BOOTSTRAP_GAP, DAPO, REPO, STEPS, make_campaign, train_metrics,
+                               write_cell)
 
 
 def row(table: pd.DataFrame, dataset: str, aggregator: str) -> pd.Series:
@@ -34,6 +35,10 @@ def test_peak_and_last_values_and_steps_are_exact(tmp_path):
         assert r["peak_acc@8"] == pytest.approx(pa) and r["peak_acc@8_step"] == pa_step
         assert r["peak_best@8"] == pytest.approx(pb) and r["peak_best@8_step"] == pb_step
         assert r["last_acc@8"] == pytest.approx(la) and r["last_best@8"] == pytest.approx(lb)
+        # the fixture's bootstrap column is best@8 - BOOTSTRAP_GAP: same peak step, its own column
+        assert r["peak_best@8_bootstrap"] == pytest.approx(pb - BOOTSTRAP_GAP)
+        assert r["peak_best@8_bootstrap_step"] == pb_step
+        assert r["last_best@8_bootstrap"] == pytest.approx(lb - BOOTSTRAP_GAP)
         assert r["last_step"] == 30 and r["n_seeds"] == 2 and r["note"] == ""
     seq = row(table, "dapo", "seq-agg")
     assert seq["peak_acc@8_std"] == pytest.approx(math.sqrt(2) * 0.02)  # seeds .34 and .38 at step 20
@@ -49,7 +54,8 @@ def test_bold_marks_the_best_of_each_column_per_setting(tmp_path):
     assert list(table.aggregator[~dapo & bold["peak_acc@8"]]) == ["balanced-agg"]
     markdown = table1.to_markdown(table, "camp")
     token_line = next(line for line in markdown.splitlines() if "| token-agg |" in line and "0.48" in line)
-    assert "**0.4800 ± 0.0141**" in token_line and token_line.count("**") == 2
+    assert "**0.4800 ± 0.0141**" in token_line and "**0.4300 ± 0.0141**" in token_line  # best@8 and its bootstrap
+    assert token_line.count("**") == 4
     latex = table1.to_latex(table, "camp")
     assert r"\textbf{0.4800 $\pm$ 0.0141}" in latex and latex.count(r"\textbf") == bold.to_numpy().sum()
 
@@ -64,12 +70,12 @@ def test_gaps_are_blank_and_explained_in_markdown_and_latex(tmp_path):
     # aggregator's last-step values are blank (notes 1-3), peaks stay
     for number, aggregator in enumerate(AGGREGATORS, start=1):
         line = next(line for line in lines if f"| {aggregator} [{number}] |" in line)
-        assert line.count("—") == 2 and line.endswith("| 2/2 |")
+        assert line.count("—") == 3 and line.endswith("| 2/2 |")  # last acc, best, best (bootstrap)
         assert f"{number}. qwen-a / dapo / {aggregator}: last step 40 not evaluated in every seed" in markdown
     token_line = next(line for line in lines if "| token-agg [4] |" in line)
-    assert token_line.count("—") == 4 and token_line.endswith("| 0/2 |")
+    assert token_line.count("—") == 6 and token_line.endswith("| 0/2 |")
     assert "4. qwen-a / polaris / token-agg: no results for seed0 (missing), seed1 (missing)" in markdown
-    assert r"seq-agg$^{1}$" in latex and r"token-agg$^{4}$ & -- & -- & -- & --" in latex
+    assert r"seq-agg$^{1}$" in latex and r"token-agg$^{4}$ & -- & -- & -- & -- & -- & --" in latex
     bold = table1.best_mask(table)
     assert not bold.loc[table.dataset == "dapo", ["last_acc@8", "last_best@8"]].to_numpy().any()
     assert list(table.aggregator[(table.dataset == "dapo") & bold["peak_acc@8"]]) == ["balanced-agg"]
@@ -115,3 +121,17 @@ def test_command_line_writes_the_three_files_and_strict_mode_refuses_gaps(tmp_pa
                              "--strict"], capture_output=True, text=True)
     assert strict.returncode == 2 and "error: 1 problem(s)" in strict.stderr
     assert not (tmp_path / "s" / "table1.csv").exists()
+
+
+def test_summaries_scored_before_the_bootstrap_column_keep_their_other_values(tmp_path):
+    root = tmp_path / "camp"
+    for layout in ("curve", "summary"):
+        write_cell(root, "qwen-a", layout, "seq-agg", 0, {0: (.2, .3), 10: (.3, .45), 20: (.35, .4)}, layout=layout,
+                   bootstrap=False)
+    campaign = load_campaign(root)
+    assert {p.kind for p in campaign.problems} == {"no-train-metrics"}  # no step is left out
+    table = table1.build_table(campaign)
+    assert list(table["last_best@8"]) == pytest.approx([.4, .4])
+    assert table["peak_best@8_bootstrap"].isna().all() and table["last_best@8_bootstrap"].isna().all()
+    markdown = table1.to_markdown(table, "camp")
+    assert "Peak Best@8 (bootstrap)" in markdown and "Last Best@8 (bootstrap)" in markdown

@@ -149,9 +149,10 @@ def test_benchmark_order_is_the_papers():
 # ---- metric names follow n ---------------------------------------------------------------------------------
 
 def summary(step: int, n: int, value: float) -> dict:
-    acc, best = contract.eval_metrics(n)
-    entry = {acc: value, best: value, "n_problems": 1, "n_samples": n, "truncation_rate": 0.0}
-    return {"step": step, "n": n, "benchmarks": {"math500": entry}, "mean": {acc: value, best: value}}
+    acc, best, best_bootstrap = contract.eval_metrics(n)
+    values = {acc: value, best: value, best_bootstrap: value / 2}
+    entry = {**values, "n_problems": 1, "n_samples": n, "truncation_rate": 0.0}
+    return {"step": step, "n": n, "benchmarks": {"math500": entry}, "mean": values}
 
 
 def test_a_curve_of_n_samples_has_filled_acc_at_n_columns(tmp_path):
@@ -167,8 +168,9 @@ def test_a_curve_of_n_samples_has_filled_acc_at_n_columns(tmp_path):
 
     from balagg.tracking import eval_metrics
 
-    assert eval_metrics(rows)[2] == {"eval/math500/acc_at_4": 0.75, "eval/math500/best_at_4": 0.75,
-                                     "eval/mean/acc_at_4": 0.75, "eval/mean/best_at_4": 0.75}
+    assert eval_metrics(rows)[2] == {
+        f"eval/{benchmark}/{metric}": value for benchmark in ("math500", "mean")
+        for metric, value in (("acc_at_4", 0.75), ("best_at_4", 0.75), ("best_at_4_bootstrap", 0.375))}
 
 
 def test_a_curve_refuses_summaries_of_different_n(tmp_path, capsys):

@@ -14,7 +14,7 @@ def summary(step, math, code):
     return {"step": step, "n": 8, "benchmarks": {
         "math500": {"acc@8": math, "best@8": min(1.0, 2 * math), "n_problems": 4, "n_samples": 32, "truncation_rate": 0.0},
         "livecodebench": {"acc@8": code, "best@8": code, "n_problems": 2, "n_samples": 16, "truncation_rate": 0.5}},
-        "mean": {"acc@8": (math + code) / 2, "best@8": (min(1.0, 2 * math) + code) / 2}}
+        "mean": {"acc@8": (math + code) / 2, "best@8": (min(1.0, 2 * math) + code) / 2, "best@8_bootstrap": math}}
 
 
 def test_curve_collects_steps_in_order_with_mean_rows(tmp_path):
@@ -31,6 +31,7 @@ def test_curve_collects_steps_in_order_with_mean_rows(tmp_path):
         ("0", "livecodebench"), ("0", "math500"), ("0", "mean"),
         ("10", "livecodebench"), ("10", "math500"), ("10", "mean")]
     assert float(rows[5]["acc@8"]) == pytest.approx(0.375)
+    assert float(rows[5]["best@8_bootstrap"]) == 0.5 and rows[4]["best@8_bootstrap"] == ""  # absent: empty
     assert rows[4]["truncation_rate"] == "0.0" and rows[3]["truncation_rate"] == "0.5"
 
 

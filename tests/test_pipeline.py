@@ -50,6 +50,8 @@ def test_every_cell_trained_and_was_evaluated_at_every_checkpoint(smoke):
         assert {row["benchmark"] for row in curve} == {"math500", "aime24", "aime25", "olympiadbench", "minerva",
                                                        "livecodebench", "mean"}
         assert all(0 <= float(row["acc@8"]) <= float(row["best@8"]) <= 1 for row in curve)
+        # verl's bootstrap Best@8 lies between (1 - (1 - c/8)^8 >= c/8 per problem, <= 1[c > 0])
+        assert all(float(row["acc@8"]) <= float(row["best@8_bootstrap"]) <= float(row["best@8"]) for row in curve)
     # step 0 is the initial model: one evaluation shared by every cell of the model
     shared = (results / "tiny-s/initial/eval/step-000000/summary.json").read_text()
     assert json.loads(shared)["step"] == 0

@@ -92,6 +92,13 @@ def test_score_math_writes_the_contract_files(math_case):
     assert (o["acc@4"], o["best@4"]) == (0.25, 1.0)
     assert summary["mean"]["acc@4"] == pytest.approx((m["acc@4"] + o["acc@4"]) / 2)
     assert summary["mean"]["best@4"] == pytest.approx((m["best@4"] + 1.0) / 2)
+    # verl's bootstrap best@4 from the per-sample flags on disk, per benchmark and in the mean
+    from test_metrics import verl_best_at_n_mean
+
+    flags = {name: [l["correct"] for l in lines if l["benchmark"] == name] for name in ("math500", "olympiadbench")}
+    assert m["best@4_bootstrap"] == verl_best_at_n_mean(flags["math500"]) < m["best@4"]  # m-1: 1 of 4
+    assert o["best@4_bootstrap"] == verl_best_at_n_mean(flags["olympiadbench"])
+    assert summary["mean"]["best@4_bootstrap"] == pytest.approx((m["best@4_bootstrap"] + o["best@4_bootstrap"]) / 2)
 
 
 def test_score_refuses_bad_input(math_case, tmp_path):

@@ -44,6 +44,7 @@ def test_workflow_logging_against_an_unreachable_server_reports_skipped(tmp_path
 def test_eval_metric_names_avoid_characters_mlflow_refuses():
     from balagg.tracking import eval_metrics
 
-    rows = [{"step": "4", "benchmark": "math500", "acc@8": "0.25", "best@8": "0.5"},
+    rows = [{"step": "4", "benchmark": "math500", "acc@8": "0.25", "best@8": "0.5", "best@8_bootstrap": "0.375"},
             {"step": "4", "benchmark": "mean", "acc@8": "nan", "best@8": ""}]
-    assert eval_metrics(rows) == {4: {"eval/math500/acc_at_8": 0.25, "eval/math500/best_at_8": 0.5}}
+    assert eval_metrics(rows) == {4: {"eval/math500/acc_at_8": 0.25, "eval/math500/best_at_8": 0.5,
+                                      "eval/math500/best_at_8_bootstrap": 0.375}}

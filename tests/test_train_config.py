@@ -121,3 +121,38 @@ def test_shipped_example_cells_are_valid():
         kwargs = grpo_config_kwargs(config, "out")
         assert kwargs["use_vllm"] is True and kwargs["vllm_mode"] == "colocate" and kwargs["bf16"] is True
         assert config.generation_batch == 8192 and config.responses_per_step == 512
+        assert config.group_preserving_minibatches and kwargs["vllm_importance_sampling_correction"] is False
+
+
+@pytest.mark.parametrize("correction", [True, False])
+def test_vllm_importance_sampling_option_reaches_grpo_config(correction):
+    trl = pytest.importorskip("trl")
+    config = cell(use_vllm=True, vllm_importance_sampling_correction=correction)
+    args = trl.GRPOConfig(**grpo_config_kwargs(config, "out"), use_cpu=True)
+    assert args.vllm_importance_sampling_correction is correction
+    assert args.vllm_importance_sampling_mode == "sequence_mask"  # TRL's default mode, the one logged
+
+
+def test_group_preserving_minibatches_need_whole_groups_per_process_and_step():
+    # 8 prompts x 4 = 32 responses, 2 mini-batches of 16: 16 / 2 processes = 8 = two groups each
+    assert cell(group_preserving_minibatches=True, num_processes=2).group_preserving_minibatches
+    with pytest.raises(ValueError, match="group_preserving_minibatches needs whole groups"):
+        cell(group_preserving_minibatches=True, num_processes=8, micro_batch_size=1, mini_batches=2)  # 2 per process
+    assert cell(num_processes=8, micro_batch_size=1, mini_batches=2).responses_per_step == 16  # fine without it
+
+
+def test_paper_config_turns_the_is_correction_off_and_keeps_groups_whole():
+    from pathlib import Path
+
+    import yaml
+
+    paper = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "paper.yaml").read_text())
+    train = paper["train"]
+    assert train["vllm_importance_sampling_correction"] is False and train["use_vllm"] is True
+    assert train["group_preserving_minibatches"] is True
+    for name, model in paper["models"].items():  # the paper's batch shape is whole groups on every GPU count
+        settings = {**train, **model.get("train", {})}
+        known = {k: v for k, v in settings.items() if k in CellConfig.__dataclass_fields__}
+        config = CellConfig.from_dict({**BASE, **known, "num_processes": model["train_resources"]["gpus"],
+                                       "accelerate_config": None})
+        assert config.group_preserving_minibatches, name

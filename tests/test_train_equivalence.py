@@ -107,10 +107,10 @@ def test_rule_reproduces_trl_loss_type(model_dir, tmp_path, rule, trl_loss):
 class RecordingTrainer(AggregatedGRPOTrainer):
     """Keeps TRL's raw generation batches (before the weights are folded in)."""
 
-    def _weight_advantages(self, output):
+    def _weight_advantages(self, output, order):
         self.raw_batches = getattr(self, "raw_batches", []) + [{k: v.clone() if torch.is_tensor(v) else v
                                                                  for k, v in output.items()}]
-        return super()._weight_advantages(output)
+        return super()._weight_advantages(output, order)
 
 
 def paper_balanced_loss(model, batch):

@@ -15,6 +15,7 @@ Rules (per group; P / N = responses with A > 0 / A < 0, k = |P|, L+- = total len
 
     seq-agg             1 / (G |o_i|)                                 GRPO; verl seq-mean-token-mean
     token-agg           1 / sum_j |o_j|                               DAPO; verl token-mean
+    token-agg-microbatch  1 / (T_m * M)                               verl's legacy FSDP token-mean
     balanced-agg        (k/G) / L+ on P, (|N|/G) / L- on N,           the paper's BA
                         0 where A_i == 0
     balanced-agg-mass   (sum_s |A_j| / G) / (sum_s |A_j| |o_j|)       BA for non-binary rewards
@@ -24,6 +25,18 @@ Rules (per group; P / N = responses with A > 0 / A < 0, k = |P|, L+- = total len
 
 With binary rewards and no zero advantages |N| = G - k, so BA's side weights are k/G and (G-k)/G as in
 the paper. A response with A_i == 0 carries no gradient; BA leaves it out of both sides.
+
+``token-agg-microbatch`` is not defined by groups but by the micro-batch split of one optimiser step:
+response i in micro-batch m(i) gets 1 / (T_m * M), T_m = loss tokens of micro-batch m, M = number of
+micro-batches (over all data-parallel ranks) in the step. That is, exactly, verl's legacy FSDP actor
+(``verl/workers/actor/dp_actor.py`` before verl#6067): each micro-batch's loss is its own token mean
+(``agg_loss`` token-mean with an empty ``global_batch_info`` falls back to the micro-batch's token
+count), divided by the gradient accumulation (``loss = policy_loss / self.gradient_accumulation``), and
+FSDP averages the gradients of the D ranks, so M = gradient_accumulation * D. It is a mean of
+micro-batch token means, not a token mean (verl issue 5625). Pass the micro-batch of each response as
+``micro_batch_ids``; without them the call is one micro-batch (and the rule equals ``token-agg`` at
+scope ``batch``). ``scope`` does not apply to it. The weights of one call must be those of one
+optimiser step.
 
 Scope ``group`` applies the formulas per group and divides every weight by the number of groups, so the
 loss is the mean of the per-group losses. Scope ``batch`` treats the whole batch as one group
@@ -38,17 +51,19 @@ from typing import Any
 
 import torch
 
-from balagg.rules import ALIASES, DEFAULT_SCOPES, RULES, SCOPES, canonical_rule, default_scope
+from balagg.rules import ALIASES, DEFAULT_SCOPES, MICRO_BATCH_RULES, RULES, SCOPES, canonical_rule, default_scope
 
 __all__ = [
     "RULES",
     "ALIASES",
     "SCOPES",
     "DEFAULT_SCOPES",
+    "MICRO_BATCH_RULES",
     "canonical_rule",
     "default_scope",
     "aggregation_weights",
     "aggregate",
+    "microbatch_token_weights",
     "group_advantages",
     "length_diagnostics",
 ]
@@ -156,6 +171,7 @@ def aggregation_weights(
     *,
     scope: str = "group",
     max_length: int | float | None = None,
+    micro_batch_ids: Any = None,
 ) -> torch.Tensor:
     """Per-response weights w_i >= 0 of ``rule`` (see the module docstring for the formulas).
 
@@ -167,6 +183,8 @@ def aggregation_weights(
         group_ids: [B] the group (prompt) of each response; any hashable values, any order.
         scope: ``group`` (mean of per-group losses) or ``batch`` (the batch is one group).
         max_length: the constant length normaliser of ``dr-grpo`` (required there, ignored elsewhere).
+        micro_batch_ids: [B] the micro-batch of each response (any hashable values), for
+            ``token-agg-microbatch`` (default: one micro-batch); ignored by the other rules.
 
     Returns:
         [B] weights in the advantages' floating dtype (float32 for integer advantages), computed in
@@ -182,6 +200,8 @@ def aggregation_weights(
     if lengths64.numel() == 0:
         return torch.zeros(0, dtype=out_dtype)
 
+    if rule == "token-agg-microbatch":
+        return microbatch_token_weights(lengths64, micro_batch_ids).to(out_dtype)
     group_size = _group_sum(torch.ones_like(lengths64), index, n_groups)
     if rule == "seq-agg":
         weights = _safe_div(torch.ones_like(lengths64), group_size[index] * lengths64)
@@ -196,6 +216,24 @@ def aggregation_weights(
     else:  # dr-grpo
         weights = 1.0 / (group_size[index] * float(max_length))
     return (weights / n_groups).to(out_dtype)
+
+
+def microbatch_token_weights(lengths: Any, micro_batch_ids: Any = None) -> torch.Tensor:
+    """verl's legacy FSDP token-mean as per-response weights: w_i = 1 / (T_m(i) * M).
+
+    ``lengths``: [B] loss tokens per response; ``micro_batch_ids``: [B] micro-batch of each response
+    (None: all one micro-batch); T_m = tokens of micro-batch m, M = number of micro-batches. Summing
+    ``aggregate(loss_m, mask_m, w_m)`` over the micro-batches equals verl's loop
+    ``sum_m masked_mean(loss_m, mask_m) / M`` (and its gradient); a micro-batch without tokens gets
+    weight 0. Returns float64."""
+    lengths64 = _as_1d("lengths", lengths).detach().to(torch.float64)
+    if micro_batch_ids is None:
+        micro_batch_ids = torch.zeros(lengths64.numel(), dtype=torch.long)
+    index, n_micro = _group_index(micro_batch_ids, lengths64.numel())
+    if lengths64.numel() == 0:
+        return torch.zeros(0, dtype=torch.float64)
+    tokens = _group_sum(lengths64, index, n_micro)
+    return _safe_div(torch.ones_like(lengths64), tokens[index] * n_micro)
 
 
 def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -262,7 +300,8 @@ def length_diagnostics(
         advantage that ``rule`` (at its :data:`DEFAULT_SCOPES` scope) gives each side. Sequence and
         balanced aggregation give both sides of a binary group the same sqrt(k(G-k))/G; token
         aggregation tilts it towards the side with the longer responses (sign-length coupling).
-        ``dr-grpo`` is included only when ``max_length`` is given.
+        ``dr-grpo`` is included only when ``max_length`` is given; ``token-agg-microbatch`` never (its
+        weights belong to a micro-batch split, not to the batch).
     Undefined statistics (no mixed group, empty batch) are NaN.
     """
     lengths64, advantages64, index, n_groups, _ = _validated(lengths, advantages, group_ids, "group")
@@ -302,8 +341,8 @@ def length_diagnostics(
     }
     for rule in rules if rules is not None else RULES:
         rule = canonical_rule(rule)
-        if rule == "dr-grpo" and max_length is None:
-            continue
+        if (rule == "dr-grpo" and max_length is None) or rule in MICRO_BATCH_RULES:
+            continue  # dr-grpo needs max_length; token-agg-microbatch depends on the micro-batch split
         weights = aggregation_weights(
             rule, lengths64, advantages64, index, scope=DEFAULT_SCOPES[rule], max_length=max_length
         ).double()

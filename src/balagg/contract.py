@@ -19,8 +19,8 @@ Campaign layout (all paths relative to the working directory)::
       analysis/                                           Table 1, Figures 1-3, diagnosis
 
 Metric names carry the number of samples they are computed from: ``acc@{n}``, ``best@{n}``,
-``pass@{k}`` (:func:`acc_metric`, :func:`best_metric`, :func:`pass_metric`); the paper reports n = 8
-(:data:`PAPER_SAMPLES`).
+``best@{n}_bootstrap``, ``pass@{k}`` (:func:`acc_metric`, :func:`best_metric`,
+:func:`best_bootstrap_metric`, :func:`pass_metric`); the paper reports n = 8 (:data:`PAPER_SAMPLES`).
 """
 
 from __future__ import annotations
@@ -190,9 +190,15 @@ def pass_metric(k: int) -> str:
     return f"pass@{k}"
 
 
-def eval_metrics(n: int) -> tuple[str, str]:
-    """The two metrics of every evaluation summary: ``(acc@n, best@n)``."""
-    return acc_metric(n), best_metric(n)
+def best_bootstrap_metric(n: int) -> str:
+    """verl's bootstrap Best@n (``best@n/mean``; balagg.evaluation.scoring.metrics.bootstrap_best_at_n)."""
+    return f"{best_metric(n)}_bootstrap"
+
+
+def eval_metrics(n: int) -> tuple[str, str, str]:
+    """The metrics of every evaluation summary that the curve, MLflow and Table 1 carry:
+    ``(acc@n, best@n, best@n_bootstrap)``."""
+    return acc_metric(n), best_metric(n), best_bootstrap_metric(n)
 
 
 def summary_columns(n: int) -> tuple[str, ...]:

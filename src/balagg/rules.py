@@ -6,6 +6,7 @@ from __future__ import annotations
 RULES: tuple[str, ...] = (
     "seq-agg",
     "token-agg",
+    "token-agg-microbatch",
     "balanced-agg",
     "balanced-agg-mass",
     "seq-mean-token-sum",
@@ -23,9 +24,14 @@ ALIASES: dict[str, str] = {
 
 SCOPES: tuple[str, ...] = ("group", "batch")
 
-DEFAULT_SCOPES: dict[str, str] = {rule: "group" for rule in RULES} | {"token-agg": "batch"}
+DEFAULT_SCOPES: dict[str, str] = {rule: "group" for rule in RULES} | {"token-agg": "batch",
+                                                                      "token-agg-microbatch": "batch"}
 """The scope each rule is used with unless a config says otherwise: ``token-agg`` pools the whole
-batch as in DAPO/verl/TRL; every other rule is defined per group."""
+batch as in DAPO/verl/TRL; every other rule is defined per group. ``token-agg-microbatch`` is defined
+by the micro-batch split and ignores the scope."""
+
+MICRO_BATCH_RULES: tuple[str, ...] = ("token-agg-microbatch",)
+"""Rules whose weights depend on the micro-batch partition (the trainer passes ``micro_batch_ids``)."""
 
 
 def canonical_rule(rule: str) -> str:

@@ -158,7 +158,7 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
 
 def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
     """MLflow metric name (:func:`balagg.contract.tracking_metric`) -> value per training step from
-    ``eval/curve.csv`` rows (finite values only): ``acc@n`` and ``best@n``, n from the curve's columns."""
+    ``eval/curve.csv`` rows (finite values only): the contract's eval metrics of the curve's n."""
     by_step: dict[int, dict[str, float]] = {}
     n = contract.samples_of_columns(curve_rows[0]) if curve_rows else None
     for row in curve_rows:

@@ -41,9 +41,13 @@ __all__ = [
 
 MEAN = contract.MEAN
 METRICS: tuple[str, ...] = contract.eval_metrics(contract.PAPER_SAMPLES)
-"""What the analysis reports: Acc@8 and Best@8 (the paper's n = 8 samples per problem)."""
+"""What the analysis reports: Acc@8, Best@8 and the bootstrap Best@8 (the paper's n = 8 samples per problem)."""
 
-_CURVE_COLUMNS = ("step", "benchmark", *METRICS)
+REQUIRED_METRICS: tuple[str, ...] = METRICS[:2]
+"""A step counts as evaluated when Acc@8 and Best@8 are finite; ``best@8_bootstrap`` is NaN in summaries
+scored before it existed."""
+
+_CURVE_COLUMNS = ("step", "benchmark", *REQUIRED_METRICS)
 
 
 @dataclass(frozen=True, order=True)
@@ -110,7 +114,7 @@ class Campaign:
     """A campaign's results as tidy tables.
 
     ``evals``: one row per (cell, complete step, benchmark incl. ``mean``) with columns
-    ``model, dataset, aggregator, seed, step, benchmark, acc@8, best@8``; only steps where every
+    ``model, dataset, aggregator, seed, step, benchmark, acc@8, best@8, best@8_bootstrap``; only steps where every
     campaign benchmark and the mean are present. ``train``: one row per (cell, logged step) with
     ``model, dataset, aggregator, seed, step`` and every numeric metric of ``metrics.jsonl``.
     ``grid``: the cells the campaign should hold; ``cells``: those with a folder.
@@ -213,18 +217,18 @@ def _read_curve(path: Path) -> list[dict]:
         n = contract.samples_of_columns(columns)
         if missing and n is not None and n != contract.PAPER_SAMPLES:
             raise ValueError(f"{path}: scored with n={n} samples per problem; the analysis reports "
-                             f"{' and '.join(METRICS)} (evaluate with n={contract.PAPER_SAMPLES})")
+                             f"{' and '.join(REQUIRED_METRICS)} (evaluate with n={contract.PAPER_SAMPLES})")
         if missing:
             raise ValueError(f"{path}: missing columns {missing} (docs/files.md: {','.join(_CURVE_COLUMNS)},...)")
         return [{"step": int(row["step"]), "benchmark": row["benchmark"],
-                 **{m: _finite(row[m]) for m in METRICS}} for row in reader]
+                 **{m: _finite(row.get(m)) for m in METRICS}} for row in reader]
 
 
 def _read_summary(path: Path) -> list[dict]:
     summary = json.loads(path.read_text())
     if isinstance(summary, dict) and summary.get("n", contract.PAPER_SAMPLES) != contract.PAPER_SAMPLES:
         raise ValueError(f"scored with n={summary['n']} samples per problem; the analysis reports "
-                         f"{' and '.join(METRICS)}")
+                         f"{' and '.join(REQUIRED_METRICS)}")
     return [{"step": row["step"], "benchmark": row["benchmark"], **{m: _finite(row[m]) for m in METRICS}}
             for row in summary_rows(summary)]
 
@@ -300,7 +304,7 @@ def _complete_steps(cell: Cell, rows: list[dict], benchmarks: Sequence[str],
     for step in sorted(by_step):
         present = by_step[step]
         lacking = [b for b in (*benchmarks, MEAN)
-                   if b not in present or not all(math.isfinite(present[b][m]) for m in METRICS)]
+                   if b not in present or not all(math.isfinite(present[b][m]) for m in REQUIRED_METRICS)]
         if lacking:
             problems.append(Problem("incomplete-step", f"evaluation lacks {', '.join(lacking)}; step left out",
                                     cell.key, step))

@@ -23,9 +23,10 @@ import pandas as pd
 
 from balagg.analysis.campaign import MEAN, METRICS, Campaign
 
-__all__ = ["peak_and_last", "peak_and_last_of_group", "train_curves", "smooth", "SUMMARY_COLUMNS", "ACC", "BEST"]
+__all__ = ["peak_and_last", "peak_and_last_of_group", "train_curves", "smooth", "SUMMARY_COLUMNS", "ACC", "BEST",
+           "BEST_BOOTSTRAP"]
 
-ACC, BEST = METRICS
+ACC, BEST, BEST_BOOTSTRAP = METRICS
 
 
 def peak_column(metric: str) -> str:
@@ -87,21 +88,23 @@ def peak_and_last_of_group(campaign: Campaign, model: str, dataset: str, aggrega
         row["note"] = "; ".join(notes)
         return row
     trained = [step for step in complete if step > 0] or list(complete)
-    for metric in METRICS:
+    for metric in METRICS:  # skipna=False: best@8_bootstrap is NaN in summaries scored before it existed
         table = per_seed[metric].loc[trained]
-        mean = table.mean(axis=1)
+        mean = table.mean(axis=1, skipna=False)
+        if mean.isna().all():
+            continue
         peak_step = int(mean.idxmax())
         row[peak_column(metric)] = float(mean.loc[peak_step])
         row[peak_column(metric) + "_std"] = _std(table.loc[peak_step])
         row[peak_column(metric) + "_step"] = peak_step
         if 0 in complete:
-            row[f"step0_{metric}"] = float(per_seed[metric].loc[0].mean())
+            row[f"step0_{metric}"] = float(per_seed[metric].loc[0].mean(skipna=False))
 
     final = _setting_final_step(campaign, model, dataset)
     row["last_step"] = final
     if final in complete:
         for metric in METRICS:
-            row[last_column(metric)] = float(per_seed[metric].loc[final].mean())
+            row[last_column(metric)] = float(per_seed[metric].loc[final].mean(skipna=False))
             row[last_column(metric) + "_std"] = _std(per_seed[metric].loc[final])
     else:
         notes.append(f"last step {final} not evaluated in every seed (last complete step {max(complete)}): "
@@ -124,7 +127,7 @@ def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> 
             for dataset in campaign.datasets for model in campaign.models for aggregator in campaign.aggregators
             for benchmark in benchmarks if campaign.group_keys(model, dataset, aggregator)]
     frame = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
-    for column in (peak_column(ACC) + "_step", peak_column(BEST) + "_step", "last_step"):
+    for column in (*(peak_column(m) + "_step" for m in METRICS), "last_step"):
         frame[column] = frame[column].astype("Int64")
     return frame
 

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
                          pass_ks=args.pass_k, allow_missing=args.allow_missing)
     summary = score(args.generations, args.benchmarks_dir, args.out, config,
                     checkpoint=args.checkpoint, step=args.step)
-    acc, best = contract.eval_metrics(summary["n"])
+    acc, best = contract.acc_metric(summary["n"]), contract.best_metric(summary["n"])
     print(f"{'benchmark':<16} {acc:>8} {best:>8} {'problems':>9} {'trunc':>6}")
     for name, entry in summary["benchmarks"].items():
         print(f"{name:<16} {entry[acc]:>8.4f} {entry[best]:>8.4f} {entry['n_problems']:>9d} "

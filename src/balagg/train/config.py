@@ -10,7 +10,8 @@ problem. Batch shape (DAPO vocabulary -> TRL):
     steps_per_generation            = gradient_accumulation_steps * mini_batches
 
 so one generation batch is consumed by ``mini_batches`` optimiser steps, each of them ``num_iterations``
-times; a *generation cycle* is ``mini_batches * num_iterations`` optimiser steps, and resumable
+times (with ``group_preserving_minibatches`` each step holds whole groups, responses_per_step /
+num_processes must then be a multiple of num_generations); a *generation cycle* is ``mini_batches * num_iterations`` optimiser steps, and resumable
 checkpoints must fall on cycle boundaries (TRL does not save its rollout buffer).
 """
 
@@ -70,6 +71,9 @@ class CellConfig:
     num_generations: int = 16
     prompts_per_step: int = 512
     mini_batches: int = 16
+    # True: every optimiser step trains on whole groups (a random order of groups, as verl's mini-batches),
+    # and each step is the rule over its own groups; False: TRL's shuffle of single responses
+    group_preserving_minibatches: bool = False
     micro_batch_size: int = 4
     num_iterations: int = 1
     max_prompt_length: int = 2048
@@ -95,6 +99,8 @@ class CellConfig:
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     vllm_gpu_memory_utilization: float = 0.3
+    # TRL's vLLM importance-sampling correction (mode sequence_mask: responses whose train/rollout ratio
+    # leaves [0, 3] are masked out); its masked fractions are logged per step when on. TRL's default is on.
     vllm_importance_sampling_correction: bool = True
     accelerate_config: str | None = None  # e.g. configs/accelerate/zero3.yaml (GPU runs)
     torch_threads: int = 1  # CPU intra-op threads
@@ -146,6 +152,12 @@ class CellConfig:
             raise ValueError(
                 f"cell config: {self.responses_per_step} responses per optimiser step are not a multiple of "
                 f"micro_batch_size * num_processes = {per_pass}"
+            )
+        if self.group_preserving_minibatches and (self.responses_per_step // self.num_processes) % self.num_generations:
+            raise ValueError(
+                f"cell config: group_preserving_minibatches needs whole groups per process and optimiser step, but "
+                f"{self.responses_per_step} responses per step over num_processes={self.num_processes} are not a "
+                f"multiple of num_generations={self.num_generations}"
             )
         if self.save_every % self.generation_cycle:
             raise ValueError(

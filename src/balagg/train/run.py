@@ -134,6 +134,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     trainer = AggregatedGRPOTrainer(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[reward],
         callbacks=[callback], aggregation=cell.aggregator, scope=cell.scope,
+        group_preserving_minibatches=cell.group_preserving_minibatches,
     )
     trainer.remove_callback(PrinterCallback)  # plain per-step lines come from the callback's logger
     trainer.remove_callback(ProgressCallback)

@@ -6,7 +6,8 @@ raises, scores 0 and is counted); code answers (the last fenced block after the 
 :func:`~balagg.evaluation.verify.math_verifier.strip_reasoning`) run in the :class:`~balagg.evaluation.verify.sandbox.Sandbox`
 and score 1 only if every test passes. Per problem: the 0/1 flags and truncation flags
 (``finish_reason == "length"``) of samples 0..n-1. Per benchmark (:mod:`balagg.evaluation.scoring.metrics`):
-``acc@n`` = mean over problems of c/n, ``best@n`` = share of problems with c > 0, optional unbiased
+``acc@n`` = mean over problems of c/n, ``best@n`` = share of problems with c > 0, ``best@n_bootstrap`` =
+verl's bootstrap best@n (:func:`~balagg.evaluation.scoring.metrics.bootstrap_best_at_n`), optional unbiased
 ``pass@k``, problem and sample counts, truncation rate. ``mean``: the unweighted mean over the
 benchmarks present. File formats: docs/files.md.
 """
@@ -196,16 +197,17 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
         lines.append({"benchmark": name, "problem_id": pid, "correct": problem.flags, "truncated": truncated})
         per_benchmark[name].append((problem.flags, truncated))
     benchmarks = {}
-    acc, best = contract.eval_metrics(n)
+    acc, best, best_bootstrap = contract.eval_metrics(n)
     for name, rows in per_benchmark.items():
         metrics = benchmark_metrics([flags for flags, _ in rows], config.pass_ks)
-        entry = {acc: metrics["acc"], best: metrics["best"], "n_problems": len(rows),
+        entry = {acc: metrics["acc"], best: metrics["best"], best_bootstrap: metrics["best_bootstrap"],
+                 "n_problems": len(rows),
                  "n_samples": len(rows) * n,
                  "truncation_rate": sum(sum(t) for _, t in rows) / (len(rows) * n)}
         entry.update({contract.pass_metric(k): metrics[contract.pass_metric(k)] for k in config.pass_ks})
         entry.update(dict(counts.get(name, {})))
         benchmarks[name] = entry
-    mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks) for key in (acc, best)}
+    mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks) for key in (acc, best, best_bootstrap)}
     if checkpoint is None:
         meta = generations.parent / contract.GENERATION_META_FILE
         if meta.is_file():

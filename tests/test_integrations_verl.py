@@ -1,0 +1,382 @@
+"""balagg.integrations.verl against verl's own loss code (verl 0.9.1; .ci/verl-tests runs these in an
+environment of their own, the main venv skips them).
+
+Each test builds a random batch of groups with mixed signs and lengths, scatters the groups over the
+batch (as verl's balance_batch does), and runs it through verl's real functions the way each actor path
+splits it: data-parallel ranks, then micro-batches of fixed or dynamic size. The optimiser sees the mean
+over ranks of each rank's accumulated micro-batch losses (FSDP averages gradients). Float64 throughout,
+so "equal" means to 1e-10.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+
+from omegaconf import OmegaConf  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
+from verl.workers.config import ActorConfig  # noqa: E402
+from verl.workers.config.actor import PolicyLossConfig  # noqa: E402
+from verl.workers.utils.losses import ppo_loss  # noqa: E402
+
+from balagg.integrations import verl as plugin  # noqa: E402
+
+T = 24  # padded response length
+CLIP_LOW, CLIP_HIGH, CLIP_C = 0.2, 0.28, 3.0
+# Micro-batch layouts per rank (rows per rank = 12): fixed size 4 (gradient accumulation 3) on 2 ranks,
+# and dynamic sizes (verl's use_dynamic_bsz packs by tokens) on 2 ranks; one rank of 24 rows in 5.
+LAYOUTS = {
+    "dp2-fixed4": (2, [[4, 4, 4], [4, 4, 4]]),
+    "dp2-dynamic": (2, [[5, 2, 5], [1, 7, 4]]),
+    "dp1-dynamic": (1, [[3, 9, 1, 6, 5]]),
+}
+
+
+def make_batch(seed: int, n_groups: int = 6, group_size: int = 4) -> dict:
+    """Groups with mixed signs (and one all-correct, one all-wrong group), lengths 1..T, rows shuffled."""
+    gen = torch.Generator().manual_seed(seed)
+    size = n_groups * group_size
+    rewards = torch.randint(0, 2, (size,), generator=gen).double()
+    rewards[:group_size] = 1.0  # all correct: zero advantages
+    rewards[group_size : 2 * group_size] = 0.0  # all wrong
+    rewards[2 * group_size : 3 * group_size] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # one short positive ...
+    lengths = torch.randint(1, T + 1, (size,), generator=gen)
+    lengths[2 * group_size : 3 * group_size] = torch.tensor([2, T, T - 1, T - 3])  # ... long negatives
+    uid = np.array([f"prompt-{g}" for g in range(n_groups) for _ in range(group_size)], dtype=object)
+    order = torch.randperm(size, generator=gen)
+    rewards, lengths, uid = rewards[order], lengths[order], uid[order.numpy()]
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    token_level_rewards = torch.zeros(size, T, dtype=torch.float64)
+    token_level_rewards[torch.arange(size), lengths - 1] = rewards
+    old_log_prob = -2.0 * torch.rand(size, T, generator=gen, dtype=torch.float64)
+    log_prob = old_log_prob + 0.4 * torch.randn(size, T, generator=gen, dtype=torch.float64)  # some clipped
+    return {"token_level_rewards": token_level_rewards, "mask": mask, "uid": uid,
+            "old_log_prob": old_log_prob, "log_prob": log_prob}
+
+
+def grpo_advantages(batch: dict, norm_by_std: bool = True) -> torch.Tensor:
+    advantages, _ = core_algos.compute_grpo_outcome_advantage(
+        batch["token_level_rewards"], batch["mask"].double(), batch["uid"], norm_adv_by_std_in_grpo=norm_by_std
+    )
+    return advantages
+
+
+def plugin_advantages(batch: dict, rule: str, norm_by_std: bool = True) -> torch.Tensor:
+    estimator = core_algos.get_adv_estimator_fn(plugin.estimator_name(rule))
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": norm_by_std})
+    advantages, _ = estimator(
+        token_level_rewards=batch["token_level_rewards"], response_mask=batch["mask"].double(),
+        index=batch["uid"], config=config,
+    )
+    return advantages
+
+
+def actor_config(loss_agg_mode: str, **overrides) -> ActorConfig:
+    return ActorConfig(strategy="fsdp", ppo_mini_batch_size=6, ppo_micro_batch_size_per_gpu=4, rollout_n=4,
+                       loss_agg_mode=loss_agg_mode, clip_ratio_low=CLIP_LOW, clip_ratio_high=CLIP_HIGH,
+                       clip_ratio_c=CLIP_C, **overrides)
+
+
+def actor_step(batch: dict, advantages: torch.Tensor, *, path: str, layout: str, loss_mode: str,
+               loss_agg_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, d loss / d log_prob) of one mini-batch (the whole batch) as verl's actor path computes it.
+
+    engine: every micro-batch gets the global info (dp_size, all-reduced token count, global batch size),
+    losses summed over micro-batches (verl/workers/engine/fsdp/transformer_impl.py, workers/utils/losses.py).
+    legacy: no global info, each micro-batch loss times rows / rows-per-rank (1 / gradient accumulation,
+    or the dynamic-batch ratio), as verl's removed dp_actor.update_policy did."""
+    dp, splits = LAYOUTS[layout]
+    size = batch["mask"].shape[0]
+    per_rank = size // dp
+    log_prob = batch["log_prob"].clone().requires_grad_(True)
+    policy_loss = core_algos.get_policy_loss_fn(loss_mode)
+    config = actor_config(loss_agg_mode)
+    total = torch.zeros((), dtype=torch.float64)
+    for rank in range(dp):
+        start = rank * per_rank
+        assert sum(splits[rank]) == per_rank
+        for rows in splits[rank]:
+            sl = slice(start, start + rows)
+            start += rows
+            config.global_batch_info.clear()
+            if path == plugin.ENGINE:
+                config.global_batch_info.update(dp_size=dp, batch_num_tokens=int(batch["mask"].sum()),
+                                                global_batch_size=size, loss_scale_factor=None)
+            loss, _ = policy_loss(batch["old_log_prob"][sl], log_prob[sl], advantages[sl], batch["mask"][sl],
+                                  loss_agg_mode, config, None)
+            if path == plugin.LEGACY:
+                loss = loss * rows / per_rank
+            total = total + loss
+    total = total / dp  # FSDP/DDP average the ranks' gradients
+    (grad,) = torch.autograd.grad(total, log_prob)
+    return total.detach(), grad
+
+
+def engine_ppo_loss_step(batch: dict, advantages: torch.Tensor, *, layout: str, loss_mode: str,
+                         loss_agg_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like :func:`actor_step` on the engine path, but through the loss function the engine workers call,
+    ``verl.workers.utils.losses.ppo_loss``: it reads dp_size / batch_num_tokens / global_batch_size from
+    the micro-batch's TensorDict (as FSDPEngine.forward_backward_batch assigns them) and un-pads the
+    model's flat log-probs (prompt length 2, responses left-shifted by one token as a causal LM's)."""
+    dp, splits = LAYOUTS[layout]
+    mask = batch["mask"]
+    size, prompt = mask.shape[0], 2
+    per_rank = size // dp
+    log_prob = batch["log_prob"].clone().requires_grad_(True)
+    config = actor_config(loss_agg_mode, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+    total = torch.zeros((), dtype=torch.float64)
+    for rank in range(dp):
+        start = rank * per_rank
+        for rows in splits[rank]:
+            sl = slice(start, start + rows)
+            start += rows
+            # one flat value per token of prompt + response; response token t's log-prob sits at position
+            # prompt - 1 + t (the logits that predict it), the last position predicts nothing
+            flat = torch.cat([torch.cat([torch.zeros(prompt - 1, dtype=torch.float64), row[: int(n)],
+                                         torch.zeros(1, dtype=torch.float64)])
+                              for row, n in zip(log_prob[sl], mask[sl].sum(-1))])
+            data = TensorDict({
+                "prompts": torch.ones(rows, prompt, dtype=torch.long),
+                "responses": torch.ones(rows, T, dtype=torch.long),
+                "attention_mask": torch.cat([torch.ones(rows, prompt, dtype=torch.long), mask[sl].long()], dim=1),
+                "response_mask": mask[sl].long(),
+                "old_log_probs": batch["old_log_prob"][sl],
+                "advantages": advantages[sl],
+            }, batch_size=[rows])
+            tu.assign_non_tensor(data, dp_size=dp, batch_num_tokens=int(mask.sum()), global_batch_size=size)
+            loss, _ = ppo_loss(config, {"log_probs": flat}, data)
+            total = total + loss
+    total = total / dp
+    (grad,) = torch.autograd.grad(total, log_prob)
+    return total.detach(), grad
+
+
+def clipped_surrogate(batch: dict, advantages: torch.Tensor) -> torch.Tensor:
+    """l_it: the dual-clip PPO surrogate per token, written out (not verl's code)."""
+    log_prob = batch["log_prob"]
+    ratio = torch.exp(torch.clamp(log_prob - batch["old_log_prob"], -20.0, 20.0))
+    clipped = torch.maximum(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - CLIP_LOW, 1 + CLIP_HIGH))
+    dual = torch.minimum(-advantages * CLIP_C, clipped)
+    return torch.where(advantages < 0, dual, clipped)
+
+
+def balanced_aggregation_reference(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's formula, group by group: BA_g = (k/G)(1/L+) sum_P sum_t l + (|N|/G)(1/L-) sum_N sum_t l,
+    loss = mean over groups (groups without a sign contribute 0)."""
+    log_prob = batch["log_prob"].clone().requires_grad_(True)
+    advantages = grpo_advantages(batch)
+    surrogate = clipped_surrogate({**batch, "log_prob": log_prob}, advantages) * batch["mask"]
+    sign = advantages[torch.arange(len(advantages)), 0]
+    groups = sorted(set(batch["uid"]))
+    total = torch.zeros((), dtype=torch.float64)
+    for group in groups:
+        rows = torch.from_numpy(batch["uid"] == group)
+        size = int(rows.sum())
+        for side in (rows & (sign > 0), rows & (sign < 0)):
+            if side.any():
+                side_tokens = batch["mask"][side].sum()
+                total = total + (int(side.sum()) / size) * surrogate[side].sum() / side_tokens
+    total = total / len(groups)
+    (grad,) = torch.autograd.grad(total, log_prob)
+    return total.detach(), grad
+
+
+def assert_same(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]) -> None:
+    torch.testing.assert_close(got[0], want[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-10, atol=1e-12)
+
+
+def run_plugin(batch: dict, rule: str, path: str, layout: str, norm_by_std: bool = True):
+    return actor_step(batch, plugin_advantages(batch, rule, norm_by_std), path=path, layout=layout,
+                      loss_mode=plugin.POLICY_LOSS, loss_agg_mode=plugin.LOSS_AGG_MODE)
+
+
+PATHS = [(plugin.ENGINE, layout) for layout in LAYOUTS] + [(plugin.LEGACY, layout) for layout in LAYOUTS]
+
+
+@pytest.mark.parametrize("path,layout", PATHS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_token_agg_equals_verls_token_mean(seed, path, layout):
+    batch = make_batch(seed)
+    # verl's token-mean on the engine path: the global token mean of the mini-batch
+    want = actor_step(batch, grpo_advantages(batch), path=plugin.ENGINE, layout=layout, loss_mode="vanilla",
+                      loss_agg_mode="token-mean")
+    assert_same(run_plugin(batch, "token-agg", path, layout), want)
+
+
+@pytest.mark.parametrize("path,layout", PATHS)
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_seq_agg_equals_verls_seq_mean_token_mean(norm_by_std, path, layout):
+    batch = make_batch(2)
+    want = actor_step(batch, grpo_advantages(batch, norm_by_std), path=plugin.ENGINE, layout=layout,
+                      loss_mode="vanilla", loss_agg_mode="seq-mean-token-mean")
+    assert_same(run_plugin(batch, "seq-agg", path, layout, norm_by_std), want)
+
+
+@pytest.mark.parametrize("path,layout", PATHS)
+@pytest.mark.parametrize("seed", [3, 4])
+def test_balanced_agg_equals_the_papers_formula_per_group(seed, path, layout):
+    batch = make_batch(seed)
+    assert_same(run_plugin(batch, "balanced-agg", path, layout), balanced_aggregation_reference(batch))
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_through_the_engine_workers_ppo_loss(layout):
+    """The same equalities through verl's engine-worker loss (workers/utils/losses.py::ppo_loss)."""
+    batch = make_batch(8)
+    plugin_step = {rule: engine_ppo_loss_step(batch, plugin_advantages(batch, rule), layout=layout,
+                                              loss_mode=plugin.POLICY_LOSS, loss_agg_mode=plugin.LOSS_AGG_MODE)
+                   for rule in ("token-agg", "seq-agg", "balanced-agg")}
+    for rule, mode in (("token-agg", "token-mean"), ("seq-agg", "seq-mean-token-mean")):
+        assert_same(plugin_step[rule], engine_ppo_loss_step(batch, grpo_advantages(batch), layout=layout,
+                                                            loss_mode="vanilla", loss_agg_mode=mode))
+    assert_same(plugin_step["balanced-agg"], balanced_aggregation_reference(batch))
+
+
+def test_the_rules_differ_on_this_batch():
+    """The batches above tell the rules apart (else the equalities would prove little)."""
+    batch = make_batch(3)
+    losses = {rule: float(run_plugin(batch, rule, plugin.ENGINE, "dp2-dynamic")[0])
+              for rule in ("token-agg", "seq-agg", "balanced-agg")}
+    values = sorted(losses.values())
+    assert min(b - a for a, b in zip(values, values[1:])) > 1e-3 * max(abs(v) for v in values), losses
+
+
+@pytest.mark.parametrize("layout", ["dp2-dynamic", "dp1-dynamic"])
+def test_micro_batch_normalisation_matters_and_only_the_plugin_is_exact_on_the_legacy_path(layout):
+    """verl's token-mean on the legacy worker is a mean of micro-batch means (verl#5625): with uneven
+    micro-batches it misses the global token mean that the plug-in's token-agg reaches on the same path.
+    A plug-in whose micro-batch normaliser were wrong would fail the equalities above the same way."""
+    batch = make_batch(5)
+    global_mean = actor_step(batch, grpo_advantages(batch), path=plugin.ENGINE, layout=layout,
+                             loss_mode="vanilla", loss_agg_mode="token-mean")
+    legacy_mean = actor_step(batch, grpo_advantages(batch), path=plugin.LEGACY, layout=layout,
+                             loss_mode="vanilla", loss_agg_mode="token-mean")
+    plugin_legacy = run_plugin(batch, "token-agg", plugin.LEGACY, layout)
+    assert_same(plugin_legacy, global_mean)
+    assert (legacy_mean[1] - global_mean[1]).abs().max() > 1e-3 * global_mean[1].abs().max()
+    # the same folded advantages reduced per micro-batch by token counts (token-mean) are not the rule
+    folded = plugin_advantages(batch, "token-agg")
+    wrong = actor_step(batch, folded, path=plugin.LEGACY, layout=layout, loss_mode="vanilla",
+                       loss_agg_mode="token-mean")
+    assert (wrong[1] / wrong[1].abs().max() - global_mean[1] / global_mean[1].abs().max()).abs().max() > 1e-3
+
+
+def test_several_mini_batches_each_carry_their_share_on_the_scale_of_a_batch():
+    """With M < B responses per mini-batch, mini-batch j's loss is (B/M) sum_{i in j} w_i sum_t l_it."""
+    batch = make_batch(6)
+    folded = plugin_advantages(batch, "balanced-agg")
+    full, _ = balanced_aggregation_reference(batch)
+    config = actor_config(plugin.LOSS_AGG_MODE)
+    policy_loss = core_algos.get_policy_loss_fn(plugin.POLICY_LOSS)
+    size, halves = batch["mask"].shape[0], []
+    for sl in (slice(0, size // 2), slice(size // 2, size)):
+        config.global_batch_info.clear()
+        config.global_batch_info.update(dp_size=1, batch_num_tokens=int(batch["mask"][sl].sum()),
+                                        global_batch_size=size // 2, loss_scale_factor=None)
+        loss, _ = policy_loss(batch["old_log_prob"][sl], batch["log_prob"][sl], folded[sl], batch["mask"][sl],
+                              plugin.LOSS_AGG_MODE, config, None)
+        halves.append(loss)
+    torch.testing.assert_close(sum(halves) / 2, full, rtol=1e-10, atol=1e-12)
+
+
+def test_fold_uses_verls_grpo_and_aggregation_weights():
+    """The one documented call: A'_i = A_i * aggregation_weights(...)_i * B, A_i from verl's GRPO."""
+    from balagg.aggregation import aggregation_weights
+
+    batch = make_batch(7)
+    advantages = grpo_advantages(batch)
+    lengths = batch["mask"].sum(-1)
+    scalar = advantages[torch.arange(len(lengths)), 0]
+    weights = aggregation_weights("balanced-agg", lengths, scalar, list(batch["uid"]))
+    want = advantages * (weights * len(lengths)).unsqueeze(-1)
+    torch.testing.assert_close(plugin_advantages(batch, "balanced-agg"), want, rtol=1e-12, atol=0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Refusals and registration
+# --------------------------------------------------------------------------------------------------
+
+
+def call_loss(config: ActorConfig, mask: torch.Tensor, mode: str = plugin.LOSS_AGG_MODE):
+    old = torch.zeros(mask.shape, dtype=torch.float64)
+    return plugin.compute_policy_loss_balagg(old, old.clone(), old.clone(), mask, mode, config, None)
+
+
+def test_policy_loss_refuses_settings_that_would_not_be_exact():
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match="loss_agg_mode='token-mean'"):
+        call_loss(actor_config("token-mean"), mask, "token-mean")
+    config = actor_config(plugin.LOSS_AGG_MODE)
+    config.global_batch_info.update(dp_size=2, batch_num_tokens=6, global_batch_size=None)
+    with pytest.raises(ValueError, match="without global_batch_size"):
+        call_loss(config, mask)
+    empty = mask.clone()
+    empty[1] = False
+    with pytest.raises(ValueError, match="empty response"):
+        call_loss(actor_config(plugin.LOSS_AGG_MODE), empty)
+    with pytest.raises(ValueError, match="entropy_coeff"):
+        call_loss(actor_config(plugin.LOSS_AGG_MODE, entropy_coeff=0.01), mask)
+    with pytest.raises(ValueError, match="use_kl_loss"):
+        call_loss(actor_config(plugin.LOSS_AGG_MODE, use_kl_loss=True), mask)
+    # the engine path tolerates an empty response: its count is the configured global batch size
+    config = actor_config(plugin.LOSS_AGG_MODE)
+    config.global_batch_info.update(dp_size=1, batch_num_tokens=3, global_batch_size=2)
+    loss, metrics = call_loss(config, empty)
+    assert float(loss) == 0.0 and "actor/pg_clipfrac" in metrics
+    # the path is read from what verl hands the loss: global counts on the engine workers, none on the legacy one
+    assert plugin.check_actor(config, plugin.LOSS_AGG_MODE, empty) == plugin.ENGINE
+    assert plugin.check_actor(actor_config(plugin.LOSS_AGG_MODE), plugin.LOSS_AGG_MODE, mask) == plugin.LEGACY
+
+
+def verl_trainer_config(*overrides: str):
+    """verl's own generated PPO trainer config with Hydra-style dotted overrides."""
+    import verl
+
+    base = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
+    return OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+
+
+PLUGIN_OVERRIDES = (
+    "algorithm.adv_estimator=balagg-balanced-agg",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=balagg",
+    "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+)
+
+
+def test_check_config_reads_the_actor_path_and_names_the_bad_key():
+    assert plugin.check_config(verl_trainer_config(*PLUGIN_OVERRIDES)) == plugin.ENGINE
+    legacy = verl_trainer_config(*PLUGIN_OVERRIDES, "trainer.use_legacy_worker_impl=enable")
+    assert plugin.check_config(legacy) == plugin.LEGACY
+    with pytest.raises(ValueError, match="actor_rollout_ref.actor.loss_agg_mode must be"):
+        plugin.check_config(verl_trainer_config(*PLUGIN_OVERRIDES[:2]))
+    with pytest.raises(ValueError, match="algorithm.adv_estimator='grpo'"):
+        plugin.check_config(verl_trainer_config("algorithm.adv_estimator=grpo", *PLUGIN_OVERRIDES[1:]))
+    with pytest.raises(ValueError, match="entropy_coeff"):
+        plugin.check_config(verl_trainer_config(*PLUGIN_OVERRIDES, "actor_rollout_ref.actor.entropy_coeff=0.001"))
+    with pytest.raises(ValueError, match="unknown aggregation rule"):
+        plugin.check_config(verl_trainer_config("algorithm.adv_estimator=balagg-nonsense", *PLUGIN_OVERRIDES[1:]))
+
+
+def test_import_verl_registers_the_plugin_through_its_entry_point():
+    """verl imports `verl.plugins` entry points itself (every Ray worker): no balagg import needed."""
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo import core_algos\n"
+        "core_algos.get_policy_loss_fn('balagg')\n"
+        "print(sorted(n for n in core_algos.ADV_ESTIMATOR_REGISTRY if n.startswith('balagg-')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = eval(result.stdout.strip().splitlines()[-1])  # a printed list of str
+    assert names == sorted(plugin.estimator_name(rule) for rule in plugin.VERL_RULES)
+    assert "balagg-balanced-agg" in names and "balagg-dr-grpo" not in names

@@ -169,7 +169,11 @@ def prepare_model(model: str, source: str | os.PathLike, override: int | None, p
     if path is None and override is None:
         from huggingface_hub import hf_hub_download  # honours HF_HUB_OFFLINE; only config.json
 
-        path = Path(hf_hub_download(str(source), "config.json", cache_dir=str(cache_dir) if cache_dir else None))
+        try:
+            path = Path(hf_hub_download(str(source), "config.json", cache_dir=str(cache_dir) if cache_dir else None))
+        except Exception as error:  # offline and not cached, unknown repo, no network: say which model
+            raise ValueError(f"model {model}: cannot read config.json of {source} to check its context "
+                             f"({type(error).__name__}); fetch the model first") from None
     native = native_context(read_model_config(path), str(path)) if path is not None else None
     context = override if override is not None else native
     check_fits(model, context, prompt, completion, "training", override)

@@ -155,7 +155,7 @@ def check_context(model):
                "evaluation": (prompt, config["eval"]["max_tokens"])}
     context = check_model_lengths(model, model_source(model), spec.get("max_position_embeddings"), lengths)
     if context is None:
-        print(f"balagg: model {model}: config.json of {model_source(model)} is not available before fetching; "
+        print(f"balagg: model {model}: no config.json of {model_source(model)} yet (not fetched or built); "
               "the context check runs in the train job at start", file=sys.stderr)
     return context
 

@@ -8,6 +8,7 @@ import yaml
 from balagg.cli import main
 from balagg.commands.plan import load_config
 from balagg.plan import plan_lines
+from test_workflow import REPO, snakemake, workdir  # noqa: F401  (workdir is a fixture)
 
 SMALL = {
     "campaign": "small",
@@ -73,3 +74,19 @@ def test_bad_plans_are_one_line_errors(small, tmp_path, capsys):
     bad.write_text(yaml.safe_dump({**SMALL, "plan": {"completion_fraction": 2}}))
     assert main(["plan", "--configfile", str(bad)]) == 2
     assert "2 is greater than the maximum of 1 at instance['plan']['completion_fraction']" in capsys.readouterr().err
+
+
+def test_the_plan_rule_writes_what_the_command_prints(tmp_path):
+    import shutil
+
+    from test_workflow import REPO, WORKFLOW_FILES, snakemake
+
+    from balagg.plan import format_plan
+
+    for name in WORKFLOW_FILES:
+        source = REPO / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
+    snakemake("--cores", "1", "--configfile", "configs/smoke.yaml", "results/smoke/plan.txt", cwd=tmp_path)
+    written = (tmp_path / "results/smoke/plan.txt").read_text()
+    assert written == format_plan(load_config([str(REPO / "configs/smoke.yaml")])) + "\n"
+    assert "tiny-s/arith-long/balanced-agg/seed0" in written and not (tmp_path / "results/smoke/data").exists()

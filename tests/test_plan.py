@@ -76,17 +76,10 @@ def test_bad_plans_are_one_line_errors(small, tmp_path, capsys):
     assert "2 is greater than the maximum of 1 at instance['plan']['completion_fraction']" in capsys.readouterr().err
 
 
-def test_the_plan_rule_writes_what_the_command_prints(tmp_path):
-    import shutil
-
-    from test_workflow import REPO, WORKFLOW_FILES, snakemake
-
+def test_the_plan_rule_writes_what_the_command_prints(workdir):  # noqa: F811
     from balagg.plan import format_plan
 
-    for name in WORKFLOW_FILES:
-        source = REPO / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
-    snakemake("--cores", "1", "--configfile", "configs/smoke.yaml", "results/smoke/plan.txt", cwd=tmp_path)
-    written = (tmp_path / "results/smoke/plan.txt").read_text()
+    snakemake("results/smoke/plan.txt", "--cores", "1", "--configfile", "configs/smoke.yaml", cwd=workdir)
+    written = (workdir / "results/smoke/plan.txt").read_text()
     assert written == format_plan(load_config([str(REPO / "configs/smoke.yaml")])) + "\n"
-    assert "tiny-s/arith-long/balanced-agg/seed0" in written and not (tmp_path / "results/smoke/data").exists()
+    assert "tiny-s/arith-long/balanced-agg/seed0" in written and not (workdir / "results/smoke/data").exists()

@@ -29,11 +29,14 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from balagg.context import native_context, read_model_config, with_context
 from balagg.io import read_jsonl, write_json, write_jsonl
+from balagg.prompts import ANSWER_FORMATS, BOXED_TEMPLATE, PromptFormat, fill_template
+from balagg.prompts import prompt_ids as render_prompt_ids
 
 log = logging.getLogger(__name__)
 
-MATH_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."
+MATH_TEMPLATE = BOXED_TEMPLATE
 """User turn for math problems (Qwen2.5-Math "boxed" style); ``{problem}`` is substituted."""
 
 CODE_TEMPLATE = (
@@ -69,11 +72,14 @@ class GenerationConfig:
     seed: int = 0
     prompt_style: str = "auto"  # chat template if the tokenizer has one, else the plain template
     system_prompt: str | None = None  # chat style only
+    enable_thinking: bool | None = None  # chat style: passed to the chat template (Qwen3), as in training
+    answer_format: str = "boxed"  # what the math prompt asks for; scoring extracts that (balagg.prompts)
     math_template: str = MATH_TEMPLATE
     code_template: str = CODE_TEMPLATE
     backend: str = "auto"
     dtype: str = "auto"  # torch dtype name, or auto (the checkpoint's)
     max_model_len: int | None = None  # default: the model's max_position_embeddings
+    max_position_embeddings: int | None = None  # context override, as in training (balagg.context)
     batch_size: int = 64  # transformers: sequences per generate() call
     num_threads: int = 1  # transformers: torch intra-op threads
     # vLLM engine
@@ -99,6 +105,8 @@ class GenerationConfig:
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
         if "{problem}" not in self.math_template or "{problem}" not in self.code_template:
             raise ValueError("math_template and code_template must contain {problem}")
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
 
     def fingerprint(self) -> str:
         """Hash of every setting that changes the samples (not batch size, threads or engine memory)."""
@@ -166,11 +174,9 @@ def load_tokenizer(checkpoint: str | os.PathLike):
 
 
 def model_context_length(checkpoint: str | os.PathLike) -> int:
-    config = json.loads((Path(checkpoint) / "config.json").read_text())
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        if isinstance(config.get(key), int):
-            return config[key]
-    raise ValueError(f"{checkpoint}/config.json gives no context length; set max_model_len")
+    """The checkpoint's own context length (:func:`balagg.context.native_context`)."""
+    path = Path(checkpoint) / "config.json"
+    return native_context(read_model_config(path), str(path))
 
 
 def stop_token_ids(checkpoint: str | os.PathLike, tokenizer) -> list[int]:
@@ -194,29 +200,28 @@ def user_message(record: dict, config: GenerationConfig) -> str:
     """The user turn for one benchmark record (math or code)."""
     kind = record.get("kind", "math")
     if kind == "math":
-        return config.math_template.replace("{problem}", record["problem"])
+        return fill_template(config.math_template, problem=record["problem"])
     if kind == "code":
         starter = record.get("starter_code") or ""
         instructions = CODE_WITH_STARTER.replace("{starter_code}", starter) if starter.strip() else CODE_STDIN
-        return config.code_template.replace("{problem}", record["problem"]).replace(
-            "{code_instructions}", instructions)
+        return fill_template(config.code_template, problem=record["problem"], code_instructions=instructions)
     raise ValueError(f"problem {record.get('id')}: unknown kind {kind!r}")
 
 
-def prompt_ids(record: dict, tokenizer, config: GenerationConfig) -> list[int]:
-    """Token ids of the full prompt: the chat template with the generation prompt, or the plain text."""
-    text = user_message(record, config)
+def prompt_format(tokenizer, config: GenerationConfig) -> PromptFormat:
+    """The :class:`~balagg.prompts.PromptFormat` of ``config`` (``auto``: chat if the tokenizer has a template)."""
     style = config.prompt_style
     if style == "auto":
         style = "chat" if getattr(tokenizer, "chat_template", None) else "plain"
-    if style == "chat":
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("prompt_style 'chat' but the checkpoint's tokenizer has no chat template")
-        messages = ([{"role": "system", "content": config.system_prompt}] if config.system_prompt else [])
-        messages.append({"role": "user", "content": text})
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(text)["input_ids"])
+    if style == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise ValueError("prompt_style 'chat' but the checkpoint's tokenizer has no chat template")
+    return PromptFormat(chat=style == "chat", enable_thinking=config.enable_thinking,
+                        system_prompt=config.system_prompt)
+
+
+def prompt_ids(record: dict, tokenizer, config: GenerationConfig) -> list[int]:
+    """Token ids of the full prompt, rendered as training renders it (:func:`balagg.prompts.prompt_ids`)."""
+    return render_prompt_ids(tokenizer, user_message(record, config), prompt_format(tokenizer, config))
 
 
 def load_benchmark(benchmarks_dir: str | os.PathLike, name: str) -> list[dict]:
@@ -299,6 +304,8 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"{checkpoint} is not a model checkpoint (no config.json)")
+    recorded, view = checkpoint, out_dir / ".model-context"
+    checkpoint = Path(with_context(checkpoint, config.max_position_embeddings, view))
     if not benchmarks or len(set(benchmarks)) != len(benchmarks):
         raise ValueError(f"benchmarks must be a non-empty list without repeats, got {benchmarks}")
     started = time.monotonic()
@@ -333,8 +340,9 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     write_jsonl(out_dir / "generations.jsonl",
                 (line for name in benchmarks for line in read_jsonl(parts / f"{name}.jsonl")))
     summary.seconds = time.monotonic() - started
+    shutil.rmtree(view, ignore_errors=True)
     write_json(out_dir / "generation.json", {
-        "checkpoint": str(checkpoint), "benchmarks": summary.benchmarks, "backend": summary.backend,
+        "checkpoint": str(recorded), "benchmarks": summary.benchmarks, "backend": summary.backend,
         "config": asdict(config), "fingerprint": config.fingerprint(), "context_length": context_length,
         "stop_token_ids": stops, "versions": _versions(), "seconds": round(summary.seconds, 3),
         "seed_rule": "crc32(f'{seed}:{problem_id}') % 2**30 + sample",

@@ -44,6 +44,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tracking.smk"
 include: "workflow/rules/analysis.smk"
+include: "workflow/rules/plan.smk"
 
 
 rule all:

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from balagg.rewards import MathReward, extract_answer_line, overlong_penalty
+from balagg.prompts import extract_answer_line
+from balagg.rewards import MathReward, overlong_penalty
 
 STUB = "verifier_stubs:hangs_on_request"
 

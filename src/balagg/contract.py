@@ -225,6 +225,14 @@ def tracking_metric(benchmark: str, metric: str) -> str:
 MATH_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."
 """The math prompt (Qwen2.5-Math "boxed" style) of training and evaluation."""
 
+DAPO_TEMPLATE = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
+    'Remember to put your answer on its own line after "Answer:".'
+)
+"""DAPO-Math-17k's own user turn (its ``prompt`` column, verbatim around the problem): answer_format
+``answer-line``."""
+
 CODE_TEMPLATE = (
     "You will be given a question (problem specification) and will generate a correct Python program "
     "that matches the specification and passes all tests.\n\nQuestion: {problem}\n\n{code_instructions}"

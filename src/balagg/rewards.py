@@ -21,22 +21,14 @@ from __future__ import annotations
 
 import importlib
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from balagg import contract
 from balagg.evaluation.verify.pool import VerifierPool
+from balagg.prompts import ANSWER_FORMATS, answer_for_verifier
 
 log = logging.getLogger(__name__)
-
-_ANSWER_LINE = re.compile(r"^\s*\**\s*answer\s*\**\s*:\s*\**\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-
-
-def extract_answer_line(text: str) -> str | None:
-    """The content of the last ``Answer: ...`` line of ``text`` (None if there is none)."""
-    matches = _ANSWER_LINE.findall(text)
-    return matches[-1] if matches else None
 
 
 def overlong_penalty(length: int, max_length: int, buffer_length: int, factor: float) -> float:
@@ -66,8 +58,8 @@ class MathReward:
                  max_completion_length: int, overlong_buffer_len: int | None, overlong_penalty_factor: float,
                  timeout_s: float, workers: int = contract.VERIFIER.workers,
                  verifier: str = contract.VERIFIER.verifier) -> None:
-        if answer_format not in ("boxed", "answer-line"):
-            raise ValueError(f"answer_format must be 'boxed' or 'answer-line', got {answer_format!r}")
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
         self.answer_format = answer_format
         self.reward_correct = reward_correct
         self.reward_incorrect = reward_incorrect
@@ -86,12 +78,8 @@ class MathReward:
         self.pool.close()
 
     def answer_text(self, completion: Any) -> str | None:
-        """What the verifier sees: the whole response (boxed) or the last Answer: line as a box."""
-        text = _completion_text(completion)
-        if self.answer_format == "boxed":
-            return text
-        answer = extract_answer_line(text)
-        return None if answer is None else f"\\boxed{{{answer}}}"
+        """What the verifier sees (:func:`balagg.prompts.answer_for_verifier`, as the evaluation's scoring)."""
+        return answer_for_verifier(_completion_text(completion), self.answer_format)
 
     def correctness(self, completions: Sequence[Any], golds: Sequence[Any]) -> list[bool]:
         texts = [self.answer_text(c) for c in completions]

@@ -6,10 +6,13 @@ the grid (every checkpoint step) up front.
 
 import os
 import shlex
+import sys
+from functools import lru_cache
 from itertools import product
 from pathlib import Path
 
 from balagg import contract
+from balagg.context import check_model_lengths
 from balagg.io import write_json
 from balagg.train.config import CellConfig
 
@@ -127,14 +130,36 @@ def tinyworld_size(wildcards):
     return config["models"][wildcards.model].get("tinyworld_size", wildcards.model)
 
 
+PROMPT_KEYS = ("math_template", "code_template", "answer_format", "enable_thinking", "max_position_embeddings")
+"""Model keys that shape the evaluation's prompts and context exactly as the training's (cell_config)."""
+
+
 def prompt_args(wildcards):
-    """How evaluation prompts are built for the model: chat template or plain, and its templates."""
+    """How evaluation prompts are built for the model: chat template or plain, its templates, the answer
+    format the template asks for, the chat template's enable_thinking and the context override."""
     spec = config["models"][wildcards.model]
     args = ["--prompt-style", "chat" if spec.get("chat_template") else "plain"]
-    for key in ("math_template", "code_template"):
+    for key in PROMPT_KEYS:
         if key in spec:
-            args += [f"--{key.replace('_', '-')}", spec[key]]
+            value = spec[key]
+            args += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
     return " ".join(shlex.quote(arg) for arg in args)
+
+
+@lru_cache(maxsize=None)
+def check_context(model):
+    """Prompt + completion (training) and prompt + eval budget fit the model's effective context: checked
+    here, before any job, when its config.json is local or in the HF cache; otherwise the train job checks
+    at start (balagg.context) and this says so once."""
+    settings, spec = train_settings(model), config["models"][model]
+    prompt = settings.get("max_prompt_length", CellConfig.max_prompt_length)
+    lengths = {"training": (prompt, settings.get("max_completion_length", CellConfig.max_completion_length)),
+               "evaluation": (prompt, config["eval"]["max_tokens"])}
+    context = check_model_lengths(model, model_source(model), spec.get("max_position_embeddings"), lengths)
+    if context is None:
+        print(f"balagg: model {model}: no config.json of {model_source(model)} yet (not fetched or built); "
+              "the context check runs in the train job at start", file=sys.stderr)
+    return context
 
 
 def cell_config(wildcards):
@@ -149,6 +174,7 @@ def cell_config(wildcards):
         "aggregator": wildcards.aggregator,
         "seed": int(wildcards.seed),
         "use_chat_template": spec.get("chat_template", False),
+        **{key: spec[key] for key in ("answer_format", "enable_thinking", "max_position_embeddings") if key in spec},
         "num_processes": max(1, spec.get("train_resources", {}).get("gpus", 0)),
         "mlflow_tracking_uri": tracking_uri(),
         "mlflow_experiment": CAMPAIGN,
@@ -156,6 +182,7 @@ def cell_config(wildcards):
         **settings,
     }
     CellConfig.from_dict(cell)  # a bad combination stops the workflow before any job runs
+    check_context(model)  # so do lengths past the model's context
     return cell
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from balagg.evaluation.generation.requests import BACKENDS, PROMPT_STYLES, GenerationConfig
+    from balagg.prompts import ANSWER_FORMATS
 
     defaults = GenerationConfig()
     parser = subparsers.add_parser(
@@ -32,6 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt-style", choices=PROMPT_STYLES, default=defaults.prompt_style,
                         help="chat template, plain template, or auto (chat if the tokenizer has one)")
     parser.add_argument("--system-prompt", default=None, help="system message (chat style)")
+    parser.add_argument("--enable-thinking", choices=("true", "false"), default=None,
+                        help="chat template's enable_thinking (Qwen3), as the training passes it (default: unset)")
+    parser.add_argument("--answer-format", choices=ANSWER_FORMATS, default=defaults.answer_format,
+                        help="what the math template asks for; recorded for scoring (balagg.prompts)")
+    parser.add_argument("--max-position-embeddings", type=int, default=None,
+                        help="context override, the training's (balagg.context); default: the checkpoint's own")
     parser.add_argument("--math-template", default=defaults.math_template,
                         help="user turn for math problems, with {problem}; @FILE reads it from a file")
     parser.add_argument("--code-template", default=defaults.code_template,
@@ -68,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     config = GenerationConfig(
         n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
         seed=args.seed, prompt_style=args.prompt_style, system_prompt=args.system_prompt,
+        enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "true",
+        answer_format=args.answer_format, max_position_embeddings=args.max_position_embeddings,
         math_template=_template(args.math_template), code_template=_template(args.code_template),
         backend=args.backend, dtype=args.dtype, max_model_len=args.max_model_len, batch_size=args.batch_size,
         num_threads=args.threads, kv_cache_memory_bytes=args.kv_cache_bytes,

@@ -37,6 +37,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pass-k", type=_ks, default=(), help="also report unbiased pass@k, e.g. 1,2,4 (k <= n)")
     parser.add_argument("--allow-missing", action="store_true",
                         help="score even if some benchmark problems have no generations (they are left out)")
+    parser.add_argument("--answer-format", choices=("boxed", "answer-line"), default=None,
+                        help="math answer extraction (default: generation.json's, what the prompt asked for)")
     parser.set_defaults(func=run)
 
 
@@ -44,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from balagg.evaluation.scoring.score import ScoreConfig, score
 
     config = ScoreConfig(workers=args.workers, math_timeout_s=args.math_timeout, code_timeout_s=args.code_timeout,
-                         pass_ks=args.pass_k, allow_missing=args.allow_missing)
+                         pass_ks=args.pass_k, allow_missing=args.allow_missing,
+                         answer_format=args.answer_format)
     summary = score(args.generations, args.benchmarks_dir, args.out, config,
                     checkpoint=args.checkpoint, step=args.step)
     acc, best = contract.acc_metric(summary["n"]), contract.best_metric(summary["n"])

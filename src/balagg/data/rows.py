@@ -8,12 +8,9 @@ for a row the source's filter drops (LiveCodeBench's date window). Records follo
 from __future__ import annotations
 
 from balagg.data.fields import BadRow, answer_text, last_boxed, text_field
+from balagg.contract import DAPO_TEMPLATE
 
-DAPO_PREFIX = (
-    "Solve the following math problem step by step. The last line of your response should be of the form "
-    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
-)
-DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+DAPO_PREFIX, DAPO_SUFFIX = DAPO_TEMPLATE.split("{problem}")  # the dataset's own instruction wrapper
 
 
 def _source_id(row: dict, *names: str):

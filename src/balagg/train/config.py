@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from balagg import contract
+from balagg.prompts import ANSWER_FORMATS, PromptFormat
 from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
-
-ANSWER_FORMATS = ("boxed", "answer-line")
 
 
 @dataclass
@@ -46,10 +45,12 @@ class CellConfig:
     model_name: str | None = None  # label for tags; default: the model path's last component
     dataset_name: str | None = None  # label for tags; default: the first train file's stem
     scope: str | None = None  # default: DEFAULT_SCOPES[aggregator] (token-agg: batch, others: group)
+    max_position_embeddings: int | None = None  # context override (balagg.context); None: the model's own
 
     # prompt and reward
-    prompt_template: str = contract.MATH_TEMPLATE  # rendered by balagg.contract.render_prompt
+    prompt_template: str = contract.MATH_TEMPLATE  # the user turn, rendered by balagg.contract.render_prompt
     use_chat_template: bool = True
+    enable_thinking: bool | None = None  # chat template switch (Qwen3); None: the template's default
     answer_format: str = "boxed"  # "boxed": \boxed{...}; "answer-line": the last "Answer: ..." line
     reward_correct: float = 1.0
     reward_incorrect: float = -1.0  # DAPO's +-1
@@ -170,6 +171,11 @@ class CellConfig:
                 f"cell config: overlong_buffer_len={self.overlong_buffer_len} must be in "
                 f"(0, max_completion_length={self.max_completion_length}]"
             )
+        if self.max_position_embeddings is not None:
+            from balagg.context import check_fits
+
+            check_fits(self.model_name, self.max_position_embeddings, self.max_prompt_length,
+                       self.max_completion_length, "training", self.max_position_embeddings)
         if self.verifier_timeout_s <= 0:
             raise ValueError("cell config: verifier_timeout_s must be positive")
         bad_steps = [s for s in self.eval_steps if not 0 <= s <= self.total_steps]
@@ -208,6 +214,10 @@ class CellConfig:
     def generation_cycle(self) -> int:
         """Optimiser steps per generation batch (TRL regenerates after this many)."""
         return self.mini_batches * self.num_iterations
+
+    def prompt_format(self) -> PromptFormat:
+        """How prompts are wrapped (the evaluation renders with the same :class:`PromptFormat`)."""
+        return PromptFormat(chat=self.use_chat_template, enable_thinking=self.enable_thinking)
 
     def checkpoint_steps(self) -> list[int]:
         """Steps that get a weights-only evaluation checkpoint: 0, eval_steps, every eval_every, last."""
@@ -311,10 +321,14 @@ def grpo_config_kwargs(cell: CellConfig, output_dir: str) -> dict[str, Any]:
         use_vllm=cell.use_vllm,
         dataloader_num_workers=0,
     )
+    if cell.prompt_format().chat_template_kwargs():
+        kwargs["chat_template_kwargs"] = cell.prompt_format().chat_template_kwargs()
     if cell.use_vllm:
         kwargs |= dict(
             vllm_mode=cell.vllm_mode,
             vllm_gpu_memory_utilization=cell.vllm_gpu_memory_utilization,
             vllm_importance_sampling_correction=cell.vllm_importance_sampling_correction,
+            # the engine's context: the longest prompt kept plus the completion budget (balagg.context)
+            vllm_max_model_length=cell.max_prompt_length + cell.max_completion_length,
         )
     return kwargs

@@ -2,10 +2,10 @@
 
     {"id": "dapo-00042", "problem": "...", "answer": "34", "source": "dapo-math-17k"}
 
-Each row becomes a TRL prompt -- ``balagg.contract.render_prompt(prompt_template, problem=...)``, the
-rendering evaluation uses too, as one user message when the cell uses the chat template, else as plain
-text -- with its gold answer(s) in the ``answer`` column (a
-list of strings, the form the verifier accepts for several golds). Prompts longer than
+Each row becomes a TRL prompt -- ``prompt_template`` rendered by ``balagg.contract.render_prompt(template,
+problem=...)``, as one user message when the cell uses the chat template, else as plain text, wrapped by
+:mod:`balagg.prompts` exactly as the evaluation renders it -- with its gold answer(s) in the ``answer``
+column (a list of strings, the form the verifier accepts for several golds). Prompts longer than
 ``max_prompt_length`` tokens are counted and skipped (as verl's ``filter_overlong_prompts``).
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 
 from balagg import contract
 from balagg.io import read_jsonl
+from balagg.prompts import prompt_ids, trl_prompt
 
 log = logging.getLogger("balagg.train")
 
@@ -46,21 +47,14 @@ def build_prompts(cell, tokenizer):
     from datasets import Dataset
 
     records, skipped = [], 0
+    fmt = cell.prompt_format()
     for path in cell.train_files:
         for row in read_rows(path):
             text = contract.render_prompt(cell.prompt_template, problem=row["problem"])
-            if cell.use_chat_template:
-                prompt: Any = contract.chat_messages(text)
-                ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-                if isinstance(ids, dict) or hasattr(ids, "keys"):
-                    ids = ids["input_ids"]
-            else:
-                prompt = text
-                ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            if len(ids) > cell.max_prompt_length:
+            if len(prompt_ids(tokenizer, text, fmt)) > cell.max_prompt_length:
                 skipped += 1
                 continue
-            records.append({"id": row["id"], "prompt": prompt, "answer": row["answer"]})
+            records.append({"id": row["id"], "prompt": trl_prompt(text, fmt), "answer": row["answer"]})
     if skipped:
         log.warning("skipped %d prompts longer than max_prompt_length=%d tokens", skipped, cell.max_prompt_length)
     if len(records) < cell.prompts_per_step:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from balagg import contract
+from balagg.context import prepare_model
 from balagg.tracking import Tracker
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.io import atomic_write_text, write_json
@@ -113,9 +114,12 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         truncate_metrics(cell_dir.metrics, step)
         log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
 
+    # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
+    model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
+                                        cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
     tokenizer = contract.load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
-    model = AutoModelForCausalLM.from_pretrained(cell.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     dataset = build_prompts(cell, tokenizer)
     reward = MathReward(
         answer_format=cell.answer_format, reward_correct=cell.reward_correct, reward_incorrect=cell.reward_incorrect,
@@ -177,6 +181,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
             "seed": cell.seed,
             "config_hash": cell.config_hash(),
             "config": cell.to_dict(),
+            "context": context,
             "steps": metrics[-1]["step"] if metrics else 0,
             "checkpoints": [{"step": step, "path": str(path.resolve())} for step, path in cell_dir.eval_checkpoints()],
             "metrics_file": str(cell_dir.metrics.resolve()),

@@ -29,8 +29,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from balagg import contract
+from balagg.context import native_context, read_model_config, with_context
 from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request
 from balagg.io import read_jsonl, write_json, write_jsonl
+from balagg.prompts import PromptFormat
+from balagg.prompts import prompt_ids as render_prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +54,9 @@ def sample_seed(base_seed: int, problem_id: str, sample: int) -> int:
 # --- checkpoint --------------------------------------------------------------------------------
 
 def model_context_length(checkpoint: str | os.PathLike) -> int:
-    config = json.loads((Path(checkpoint) / "config.json").read_text())
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        if isinstance(config.get(key), int):
-            return config[key]
-    raise ValueError(f"{checkpoint}/config.json gives no context length; set max_model_len")
+    """The checkpoint's own context length (:func:`balagg.context.native_context`)."""
+    path = Path(checkpoint) / "config.json"
+    return native_context(read_model_config(path), str(path))
 
 
 def stop_token_ids(checkpoint: str | os.PathLike, tokenizer) -> list[int]:
@@ -80,19 +81,20 @@ def user_message(record: dict, config: GenerationConfig) -> str:
     return contract.problem_prompt(record, config.math_template, config.code_template)
 
 
-def prompt_ids(record: dict, tokenizer, config: GenerationConfig) -> list[int]:
-    """Token ids of the full prompt: the chat template with the generation prompt, or the plain text."""
-    text = user_message(record, config)
+def prompt_format(tokenizer, config: GenerationConfig) -> PromptFormat:
+    """The :class:`~balagg.prompts.PromptFormat` of ``config`` (``auto``: chat if the tokenizer has a template)."""
     style = config.prompt_style
     if style == "auto":
         style = "chat" if getattr(tokenizer, "chat_template", None) else "plain"
-    if style == "chat":
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("prompt_style 'chat' but the checkpoint's tokenizer has no chat template")
-        messages = contract.chat_messages(text, config.system_prompt)
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(text)["input_ids"])
+    if style == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise ValueError("prompt_style 'chat' but the checkpoint's tokenizer has no chat template")
+    return PromptFormat(chat=style == "chat", enable_thinking=config.enable_thinking,
+                        system_prompt=config.system_prompt)
+
+
+def prompt_ids(record: dict, tokenizer, config: GenerationConfig) -> list[int]:
+    """Token ids of the full prompt, rendered as training renders it (:func:`balagg.prompts.prompt_ids`)."""
+    return render_prompt_ids(tokenizer, user_message(record, config), prompt_format(tokenizer, config))
 
 
 def load_benchmark(benchmarks_dir: str | os.PathLike, name: str) -> list[dict]:
@@ -175,6 +177,8 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"{checkpoint} is not a model checkpoint (no config.json)")
+    recorded, view = checkpoint, out_dir / ".model-context"
+    checkpoint = Path(with_context(checkpoint, config.max_position_embeddings, view))
     if not benchmarks or len(set(benchmarks)) != len(benchmarks):
         raise ValueError(f"benchmarks must be a non-empty list without repeats, got {benchmarks}")
     started = time.monotonic()
@@ -209,8 +213,9 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     write_jsonl(out_dir / contract.GENERATIONS_FILE,
                 (line for name in benchmarks for line in read_jsonl(parts / f"{name}.jsonl")))
     summary.seconds = time.monotonic() - started
+    shutil.rmtree(view, ignore_errors=True)
     write_json(out_dir / contract.GENERATION_META_FILE, {
-        "checkpoint": str(checkpoint), "benchmarks": summary.benchmarks, "backend": summary.backend,
+        "checkpoint": str(recorded), "benchmarks": summary.benchmarks, "backend": summary.backend,
         "config": asdict(config), "fingerprint": config.fingerprint(), "context_length": context_length,
         "stop_token_ids": stops, "versions": _versions(), "seconds": round(summary.seconds, 3),
         "seed_rule": "crc32(f'{seed}:{problem_id}') % 2**30 + sample",

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from balagg import contract
+from balagg.prompts import ANSWER_FORMATS
 
 BACKENDS = ("auto", "vllm", "transformers")
 PROMPT_STYLES = ("auto", "chat", "plain")
@@ -29,11 +30,14 @@ class GenerationConfig:
     seed: int = contract.EVAL.seed
     prompt_style: str = "auto"  # chat template if the tokenizer has one, else the plain template
     system_prompt: str | None = None  # chat style only
+    enable_thinking: bool | None = None  # chat style: passed to the chat template (Qwen3), as in training
+    answer_format: str = "boxed"  # what the math prompt asks for; scoring extracts that (balagg.prompts)
     math_template: str = contract.MATH_TEMPLATE
     code_template: str = contract.CODE_TEMPLATE
     backend: str = "auto"
     dtype: str = "auto"  # torch dtype name, or auto (the checkpoint's)
     max_model_len: int | None = None  # default: the model's max_position_embeddings
+    max_position_embeddings: int | None = None  # context override, as in training (balagg.context)
     batch_size: int = contract.EVAL.batch_size  # transformers: sequences per generate() call
     num_threads: int = 1  # transformers: torch intra-op threads
     # vLLM engine
@@ -59,6 +63,8 @@ class GenerationConfig:
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
         contract.check_template(self.math_template, ("problem",), "math_template")
         contract.check_template(self.code_template, ("problem",), "code_template")
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
 
     def fingerprint(self) -> str:
         """Hash of every setting that changes the samples (not batch size, threads or engine memory)."""

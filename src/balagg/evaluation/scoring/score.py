@@ -28,6 +28,7 @@ from balagg.evaluation.verify.math_verifier import parse_gold, strip_reasoning, 
 from balagg.evaluation.scoring.metrics import benchmark_metrics
 from balagg.evaluation.verify.pool import VerifierPool
 from balagg.evaluation.verify.sandbox import Sandbox, SandboxLimits, extract_code
+from balagg.prompts import answer_for_verifier
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class ScoreConfig:
     pass_ks: tuple[int, ...] = ()
     allow_missing: bool = False
     sandbox_limits: SandboxLimits | None = None
+    answer_format: str | None = None  # None: generation.json's (what the prompt asked for), else "boxed"
 
 
 @dataclass
@@ -117,7 +119,7 @@ def group_generations(generations: Path, benchmarks_dir: Path, allow_missing: bo
     return ordered, sizes.pop()
 
 
-def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict) -> None:
+def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict, answer_format: str) -> None:
     for problem in problems:  # a gold the verifier cannot read is a data error: say which
         try:
             parse_gold(problem.record["answer"])
@@ -126,7 +128,11 @@ def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict) -> 
     pairs, owners = [], []
     for problem in problems:
         for row in problem.samples:
-            pairs.append((row["text"], problem.record["answer"]))
+            answer = answer_for_verifier(row["text"], answer_format)  # the trainer's reward reads the same
+            if answer is None:
+                counts[problem.benchmark]["no_answer"] += 1
+                continue
+            pairs.append((answer, problem.record["answer"]))
             owners.append((problem, row["sample"]))
     if not pairs:
         return
@@ -188,7 +194,10 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     math = [p for p in problems.values() if p.record["kind"] == "math"]
     code = [p for p in problems.values() if p.record["kind"] == "code"]
-    _score_math(math, config, counts)
+    meta = generations.parent / contract.GENERATION_META_FILE
+    generation = json.loads(meta.read_text()) if meta.is_file() else {}
+    answer_format = config.answer_format or generation.get("config", {}).get("answer_format", "boxed")
+    _score_math(math, config, counts, answer_format)
     sandbox_info = _score_code(code, config, counts) if code else None
 
     lines, per_benchmark = [], defaultdict(list)
@@ -209,14 +218,13 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
         benchmarks[name] = entry
     mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks) for key in (acc, best, best_bootstrap)}
     if checkpoint is None:
-        meta = generations.parent / contract.GENERATION_META_FILE
-        if meta.is_file():
-            checkpoint = json.loads(meta.read_text()).get("checkpoint")
+        checkpoint = generation.get("checkpoint")
     summary = {
         "checkpoint": checkpoint,
         "step": step if step is not None else contract.step_of_path(out_dir, generations.parent),
         "n": n,
         "verifier": verifier_info(),
+        "answer_format": answer_format,
         "benchmarks": benchmarks,
         "mean": mean,
     }

@@ -1,0 +1,184 @@
+"""A model's context length, its override, and the one check that prompt + completion fit.
+
+Effective context = ``max_position_embeddings`` override if one is set, else the model's own
+``config.json`` value (``max_position_embeddings``; ``n_positions`` / ``max_sequence_length`` for other
+architectures). :func:`check_fits` refuses ``prompt + completion > context`` with one line naming the
+model and the numbers; the workflow calls it for every cell while it builds the DAG
+(:func:`check_model_lengths`), and the train job again at start when the model's ``config.json`` could not
+be found before fetching.
+
+The override is applied the way verl's DAPO recipe does it
+(``+actor_rollout_ref.model.override_config.max_position_embeddings=32768``, which verl applies to the HF
+config that the actor, the reference and the vLLM rollout all read): :func:`with_context` returns a model
+folder whose ``config.json`` carries the override and whose other files are links to the original. Training
+loads the policy from that folder, so TRL's colocated vLLM (``LLM(model=model.name_or_path, ...)``), a
+``trl vllm-serve`` started on it, every saved checkpoint (``save_pretrained`` writes the model's config)
+and the evaluation's engines (``balagg generate --max-position-embeddings``) see the same number.
+For RoPE models without ``rope_scaling`` (Qwen2, Qwen3) ``max_position_embeddings`` changes no
+arithmetic: HF's rotary frequencies depend on ``rope_theta`` and the head size only, and vLLM sizes its
+cos/sin cache and the largest accepted ``max_model_len`` by it. It lifts the limit, nothing else; positions
+past the pretraining length stay extrapolation, which is what the recipe ran.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
+OVERRIDE_KEY = "max_position_embeddings"
+VIEW_MARKER = "balagg-context.json"
+"""Written next to the patched config.json of a :func:`with_context` folder: source and override."""
+
+
+def native_context(config: dict, where: str) -> int:
+    """The context length ``config`` (a parsed config.json) declares; ``where`` names it in errors."""
+    for key in CONTEXT_KEYS:
+        if isinstance(config.get(key), int):
+            return config[key]
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        return native_context(text, where)
+    raise ValueError(f"{where} gives no context length ({'/'.join(CONTEXT_KEYS)}); set max_position_embeddings")
+
+
+def effective_context(config: dict, override: int | None, where: str) -> int:
+    """The override if set, else :func:`native_context`."""
+    if override is not None:
+        if not isinstance(override, int) or isinstance(override, bool) or override < 1:
+            raise ValueError(f"{where}: max_position_embeddings override must be a positive integer, got {override!r}")
+        return override
+    return native_context(config, where)
+
+
+def check_fits(model: str, context: int, prompt: int, completion: int, what: str, override: int | None) -> None:
+    """Refuse ``prompt + completion > context`` in one line naming ``model`` and the numbers."""
+    if prompt + completion <= context:
+        return
+    origin = f"the max_position_embeddings override {override}" if override is not None else \
+        f"its max_position_embeddings {context}"
+    raise ValueError(
+        f"model {model}: {what} needs prompt {prompt} + completion {completion} = {prompt + completion} tokens, "
+        f"more than its context of {context} tokens ({origin}); shorten the lengths or set "
+        f"models.<name>.max_position_embeddings (docs/cluster.md, Context length)")
+
+
+def find_model_config(source: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """``config.json`` of a local model folder or of a hub id's snapshot in the HF cache; None if absent.
+
+    ``cache_dir``: the hub cache (``$HF_HUB_CACHE``, default ``$HF_HOME/hub``); nothing is downloaded."""
+    folder = Path(source)
+    if folder.is_dir():
+        path = folder / "config.json"
+        return path if path.is_file() else None
+    if str(source).count("/") != 1 or str(source).startswith((".", "/")):
+        return None  # neither a folder nor an owner/name hub id
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(str(source), "config.json", cache_dir=str(cache_dir) if cache_dir else None)
+    return Path(found) if isinstance(found, str) and Path(found).is_file() else None
+
+
+def read_model_config(path: Path) -> dict:
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the model config ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: the model config is not a JSON object")
+    return config
+
+
+def check_model_lengths(model: str, source: str | os.PathLike, override: int | None,
+                        lengths: dict[str, tuple[int, int]], cache_dir: str | os.PathLike | None = None) -> int | None:
+    """Check every ``what -> (prompt, completion)`` of ``lengths`` against ``source``'s effective context.
+
+    Returns the effective context, or None when ``source``'s config.json is not available yet (a hub id not
+    fetched, a model the workflow builds): then the caller must check again where it is (the train job)."""
+    if override is not None:
+        context = effective_context({}, override, f"model {model}")
+    else:
+        path = find_model_config(source, cache_dir)
+        if path is None:
+            return None
+        context = effective_context(read_model_config(path), None, str(path))
+    for what, (prompt, completion) in lengths.items():
+        check_fits(model, context, prompt, completion, what, override)
+    return context
+
+
+def resolve_model_dir(source: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The local folder of a model: ``source`` itself, or a hub id's cached snapshot (never downloads)."""
+    folder = Path(source)
+    if folder.is_dir():
+        return folder
+    config = find_model_config(source, cache_dir)
+    if config is None:
+        raise ValueError(f"model {source}: no local folder and no snapshot in the HF cache "
+                         f"({cache_dir or os.environ.get('HF_HUB_CACHE') or os.environ.get('HF_HOME') or 'default'}); "
+                         "fetch it first")
+    return config.parent
+
+
+def with_context(source: str | os.PathLike, override: int | None, dest: str | os.PathLike,
+                 cache_dir: str | os.PathLike | None = None) -> str:
+    """A model folder whose context is ``override`` (module docstring); ``source`` unchanged when no override
+    is set or its config already says so. The folder at ``dest`` is (re)built from links to ``source``'s
+    files and a patched ``config.json`` (atomic), so reusing it after a crash is safe."""
+    if override is None:
+        return str(source)
+    folder = resolve_model_dir(source, cache_dir).resolve()
+    config = read_model_config(folder / "config.json")
+    effective_context(config, override, str(folder / "config.json"))  # validates the override
+    if config.get(OVERRIDE_KEY) == override:
+        return str(source)
+    if OVERRIDE_KEY not in config:
+        raise ValueError(f"{folder}/config.json has no {OVERRIDE_KEY}; the override applies to models that use it")
+    from balagg.io import write_json
+
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in folder.iterdir():
+        if entry.name in ("config.json", VIEW_MARKER):
+            continue
+        link = dest / entry.name
+        if link.is_symlink() or link.exists():
+            if link.is_symlink() and Path(os.readlink(link)) == entry:
+                continue
+            link.unlink()
+        link.symlink_to(entry)
+    write_json(dest / "config.json", {**config, OVERRIDE_KEY: override})
+    write_json(dest / VIEW_MARKER, {"source": str(source), "source_dir": str(folder),
+                                    "native": config.get(OVERRIDE_KEY), OVERRIDE_KEY: override})
+    log.info("model %s: context raised from %s to %d tokens in %s", source, config.get(OVERRIDE_KEY), override, dest)
+    return str(dest)
+
+
+def prepare_model(model: str, source: str | os.PathLike, override: int | None, prompt: int, completion: int,
+                  dest: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> tuple[str, dict]:
+    """The train job's first step, before any model is loaded: check that ``prompt + completion`` fit
+    ``source``'s effective context (the DAG build could not when the model was not fetched yet), then
+    return the folder to load (:func:`with_context`) and the manifest's context record."""
+    path = find_model_config(source, cache_dir)
+    if path is None and override is None:
+        from huggingface_hub import hf_hub_download  # honours HF_HUB_OFFLINE; only config.json
+
+        try:
+            path = Path(hf_hub_download(str(source), "config.json", cache_dir=str(cache_dir) if cache_dir else None))
+        except Exception as error:  # offline and not cached, unknown repo, no network: say which model
+            raise ValueError(f"model {model}: cannot read config.json of {source} to check its context "
+                             f"({type(error).__name__}); fetch the model first") from None
+    native = native_context(read_model_config(path), str(path)) if path is not None else None
+    context = override if override is not None else native
+    check_fits(model, context, prompt, completion, "training", override)
+    log.info("model %s: prompt %d + completion %d <= context %d (native %s, override %s), checked at job start",
+             model, prompt, completion, context, native, override)
+    record = {"native": native, "override": override, "effective": context,
+              "max_prompt_length": prompt, "max_completion_length": completion}
+    return with_context(source, override, dest, cache_dir), record

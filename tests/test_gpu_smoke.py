@@ -1,0 +1,49 @@
+"""bench/gpu_smoke.sh on a machine without a GPU: it says so, and --cpu-dry runs every step on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def smoke(out: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run(["bash", str(REPO / "bench" / "gpu_smoke.sh"), str(out), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_without_a_gpu_it_says_so_and_measures_nothing(tmp_path):
+    result = smoke(tmp_path / "out")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no GPU (torch.cuda.is_available() is False): nothing measured" in result.stdout
+    figures = json.loads((tmp_path / "out" / "gpu_smoke.json").read_text())
+    assert figures["gpu"] is False and figures["mode"] == "none" and figures["steps"] == {}
+
+
+@pytest.mark.slow
+def test_cpu_dry_runs_every_step_with_tiny_shapes(tmp_path):
+    result = smoke(tmp_path / "out", "--cpu-dry")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no GPU detected: --cpu-dry" in result.stdout
+    figures = json.loads((tmp_path / "out" / "gpu_smoke.json").read_text())
+    steps = figures["steps"]
+    assert figures["mode"] == "cpu-dry" and figures["failures"] == 0
+    assert [name for name, s in steps.items() if s["status"] != "ok"] == ["train-vllm"]  # needs a GPU
+    for name in ("train-token-agg", "train-balanced-agg", "resume"):
+        assert steps[name]["steps"] == 2 and len(steps[name]["tokens_per_s"]) == 2, name
+        assert steps[name]["context"]["effective"] == 4096
+        assert steps[name]["distributed"].startswith("no FSDP")  # accelerate's CPU path, said, not hidden
+    assert steps["resume"]["resumed"] and steps["resume"]["resumed_from"] == 1
+    assert not steps["train-token-agg"]["resumed"]
+    assert steps["generate-score"]["samples"] == 8 * 8 and steps["generate-score"]["checkpoint_step"] == 2
+    probe = steps["probe-7b"]
+    assert probe["shape"] == "dry-7b" and probe["tokens_per_s"] > 0
+    assert (probe["prompt_tokens"], probe["completion_tokens"]) == (16, 48)

@@ -5,13 +5,21 @@
     DIR/state/checkpoint-{N}/          TRL/Trainer resumable state (model, optimiser, scheduler, RNG)
     DIR/train.log                      plain log lines
     DIR/mlflow_run_id                  the cell's MLflow run, resumed after a restart
+    DIR/train.lock                     held (flock) by the one trainer working on DIR; names its pid
+    DIR/verifier.json                  the training verifier's timeout and error counts (for the manifest)
+    DIR/stopped.json                   why the last attempt stopped early at a resumable checkpoint
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +49,18 @@ class CellDir:
     @property
     def mlflow_run_id(self) -> Path:
         return self.root / "mlflow_run_id"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "train.lock"
+
+    @property
+    def verifier(self) -> Path:
+        return self.root / "verifier.json"
+
+    @property
+    def stopped(self) -> Path:
+        return self.root / "stopped.json"
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"step-{step:06d}"
@@ -73,6 +93,39 @@ class CellDir:
             if best is None or int(suffix) > best[0]:
                 best = (int(suffix), path)
         return best[1] if best else None
+
+
+class WorkdirBusy(ValueError):
+    """Another trainer holds the work directory's lock."""
+
+
+LOCKED_ENV = "BALAGG_TRAIN_LOCKED"
+"""Set by the launcher to the work directory whose lock it holds for its children."""
+
+
+@contextmanager
+def exclusive(root: str | Path) -> Iterator[int]:
+    """Hold ``root/train.lock`` (an flock, released by the kernel when the holder dies, even by kill -9)
+    for the block (it yields the locked descriptor, which a child can inherit to keep the lock); a
+    second trainer on the same folder gets :class:`WorkdirBusy` naming the holder.
+    The lock file stays (removing it would let two holders lock two different inodes)."""
+    cell = CellDir(root)
+    cell.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(cell.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown process"
+        os.close(fd)
+        raise WorkdirBusy(f"{cell.root} is in use by another trainer ({holder}); a second one would corrupt "
+                          "the cell: wait for it to end or stop it") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

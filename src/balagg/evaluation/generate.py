@@ -29,6 +29,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from balagg.errors import check_safetensors
 from balagg.io import read_jsonl, write_json, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -299,6 +300,7 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"{checkpoint} is not a model checkpoint (no config.json)")
+    check_safetensors(checkpoint)
     if not benchmarks or len(set(benchmarks)) != len(benchmarks):
         raise ValueError(f"benchmarks must be a non-empty list without repeats, got {benchmarks}")
     started = time.monotonic()

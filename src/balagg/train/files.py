@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from balagg.errors import with_filename
 from balagg.io import atomic_write_text, json_line
 
 
@@ -152,7 +153,10 @@ def truncate_metrics(path: str | Path, last_step: int) -> list[dict[str, Any]]:
 def append_metrics(path: str | Path, row: dict[str, Any]) -> None:
     """Append one line and fsync. A crash can at worst leave a torn last line, which read_metrics drops
     and the resume truncates away."""
-    with open(path, "a") as handle:
-        handle.write(json_line(row))
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(path, "a") as handle:
+            handle.write(json_line(row))
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise with_filename(error, path) from error

@@ -26,6 +26,7 @@ from typing import Any
 
 from balagg.tracking import Tracker
 from balagg.train.config import CellConfig, grpo_config_kwargs
+from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
 from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, truncate_metrics
 
@@ -243,6 +244,11 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
         status = "KILLED" if guard.stopped else "FINISHED"
+    except Exception as error:
+        write_failure = checkpoint_write_error(error, cell_dir.root)  # a full disk, not "unexpected pos"
+        if write_failure is None:
+            raise
+        raise write_failure from error
     finally:
         reward.close()
         if trainer.is_world_process_zero():

@@ -5,6 +5,7 @@ The full smoke run (every rule executed) lives in test_pipeline.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -155,3 +156,24 @@ def test_schema_names_the_same_rules_and_training_keys_as_the_code():
     fields = {field.name for field in dataclasses.fields(CellConfig)}
     # every train key of the workflow config is a CellConfig field (the workflow sets the cell's identity)
     assert set(schema["train"]["properties"]) <= fields
+
+
+@pytest.mark.parametrize("configfile", ["configs/default.yaml", "configs/paper.yaml"])
+def test_every_cell_config_trains_its_own_aggregator(workdir, configfile):
+    """Only the cheap cell_config jobs run: each cell's resolved cell.json names the aggregator (and
+    model, dataset, seed) of its own path, for every aggregator of the grid."""
+    import yaml
+
+    snakemake("--cores", "1", "--configfile", configfile, "--until", "cell_config", cwd=workdir)
+    config = yaml.safe_load((workdir / configfile).read_text())
+    cells = sorted((workdir / "results" / config["campaign"]).glob("*/*/*/seed*/cell.json"))
+    expected = {(m, d, a, s) for m in config["models"] for d in config["datasets"] for a in config["aggregators"]
+                for s in config.get("seeds", [0])}
+    seen = set()
+    for path in cells:
+        model, dataset, aggregator, seed = path.parent.relative_to(workdir / "results" / config["campaign"]).parts
+        cell = json.loads(path.read_text())
+        assert (cell["model_name"], cell["dataset_name"], cell["aggregator"], f"seed{cell['seed']}") == \
+            (model, dataset, aggregator, seed), path
+        seen.add((model, dataset, aggregator, int(seed.removeprefix("seed"))))
+    assert seen == expected

@@ -65,3 +65,8 @@ rule all:
         analysis_targets(),
         f"{RESULTS}/analysis/mlflow.json",
         [f"{RESULTS}/data/card.json"] if tinyworld_cards() else [],
+
+
+onsuccess:
+    for line in bad_rows_summary():
+        print(f"WARNING: {line}")

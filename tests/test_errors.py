@@ -133,3 +133,24 @@ def test_a_misspelled_config_key_is_one_line_without_the_schema(tmp_path):
     assert message == [f"config {tmp_path}/configs/smoke.yaml, {tmp_path}/typo.yaml: train: Additional properties "
                        "are not allowed ('learnin_rate' was unexpected)"]
     assert "additionalProperties" not in output and len(output.splitlines()) < 10
+
+
+def test_skipped_bad_rows_reach_the_report_the_data_card_and_the_end_of_run_line(tmp_path, capsys):
+    from test_data import write_jsonl_rows
+
+    from balagg.tinyworld.warmstart import merge_cards
+
+    rows = [{"id": 1, "question": "q", "final_answer": "2"}, {"id": 2, "question": "r", "final_answer": ["3"]}]
+    source = write_jsonl_rows(tmp_path / "ob.jsonl", rows)
+    out, report = tmp_path / "bench" / "olympiadbench.jsonl", tmp_path / "bench" / "olympiadbench.report.json"
+    assert main(["prepare-data", "--benchmark", "olympiadbench", "--source", str(source), "--on-bad-row", "skip",
+                 "--out", str(out), "--report", str(report)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"{out}: skipped 1 bad row(s) of 2 (on_bad_row skip), e.g. olympiadbench-0000")
+    saved = json.loads(report.read_text())
+    assert saved["skipped"] == 1 and saved["written"] == 1
+    card = {"model": "tiny-s", "datasets": {"d": {"accuracy": 0.3, "len_cv": 0.4, "len_right_mean": 1.0,
+                                                  "len_wrong_mean": 2.0, "in_regime": True, "wrong_longer": True}}}
+    (tmp_path / "card.json").write_text(json.dumps(card))
+    merged = merge_cards([tmp_path / "card.json"], tmp_path / "data-card.json", [report])
+    assert merged["bad_rows"] == {str(out): {"skipped": 1, "rows_read": 2, "examples": saved["bad_rows"]}}

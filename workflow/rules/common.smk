@@ -108,11 +108,13 @@ def bad_rows_summary():
 
     lines = []
     for path in data_reports():
-        if os.path.exists(path):
+        try:
             counts = json.loads(Path(path).read_text())
-            if counts.get("skipped"):
-                lines.append(f"{counts['out']}: {counts['skipped']} bad row(s) of {counts['rows_read']} skipped "
-                             f"(data.on_bad_row: skip); see {path}")
+        except (OSError, ValueError):  # not made in this run, or not a report: nothing to say
+            continue
+        if isinstance(counts, dict) and counts.get("skipped"):
+            lines.append(f"{counts['out']}: {counts['skipped']} bad row(s) of {counts['rows_read']} skipped "
+                         f"(data.on_bad_row: skip); see {path}")
     return lines
 
 

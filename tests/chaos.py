@@ -7,7 +7,7 @@
    (uniform in [1 s, a quarter of the reference's duration]), ``kill -9`` either Snakemake itself
    (probability 1/4; its running jobs are left orphaned, as when a login session dies) or one seeded
    random ``python`` process among its jobs (train, generate, score, curve, analysis, MLflow logging,
-   the trainer's verifier workers...). The next round unlocks and reruns with --rerun-incomplete. After
+   the verifier workers...; not the code sandboxes, :data:`SPARED`). The next round unlocks and reruns with --rerun-incomplete. After
    ``--kills`` kills (or ``--budget-s`` of rounds) the grid is rerun until Snakemake succeeds.
 3. Comparison: every file under results/smoke/ identical, byte for byte, after :func:`normalise` drops
    the wall-clock fields (seconds, step_seconds, tokens_per_s, ...), the run-specific ids and the
@@ -40,6 +40,9 @@ CAMPAIGN = "smoke"
 WALL_CLOCK_KEY = re.compile(r"(^|[_/])(seconds|cpu_seconds|step_seconds|tokens_per_s|elapsed|duration|"
                             r"timestamp|started|finished|created|wall_s|time)$")
 RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
+SPARED = ("sandbox_launcher", "resource_tracker")
+"""Processes never killed: a code sample's sandbox (its death is the sample's failure, by design) and
+multiprocessing's bookkeeping."""
 SKIPPED_PARTS = ("logs", "benchmarks", "state", "mlartifacts")
 SKIPPED_NAMES = ("train.log", "train.lock", "mlflow.db", "mlflow.db.setup.lock", "stopped.json")
 
@@ -177,7 +180,10 @@ def job_processes(root_pid: int) -> list:
     found = []
     for process in children:
         try:
-            if "python" in os.path.basename(process.cmdline()[0]) or "python" in process.name():
+            words = process.cmdline()
+            if any(mark in " ".join(words) for mark in SPARED):
+                continue
+            if "python" in os.path.basename(words[0]) or "python" in process.name():
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied, IndexError):
             continue

@@ -177,3 +177,26 @@ def test_every_cell_config_trains_its_own_aggregator(workdir, configfile):
             (model, dataset, aggregator, seed), path
         seen.add((model, dataset, aggregator, int(seed.removeprefix("seed"))))
     assert seen == expected
+
+
+def test_an_interrupted_retrain_leaves_the_cell_incomplete_not_an_old_curve_standing(workdir):
+    """The README's retrain recipe killed midway: the train job had removed the cell's eval/ and the
+    analysis (its --invalidate paths) and Snakemake had removed the manifest; the plain command must
+    then finish the cell and redo the analysis instead of "Nothing to be done"."""
+    summary = snakemake("--configfile", "configs/smoke.yaml", "--summary", cwd=workdir).stdout
+    for line in summary.splitlines()[1:]:
+        path = workdir / line.split("\t")[0]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    snakemake("--configfile", "configs/smoke.yaml", "--touch", "--cores", "1", cwd=workdir)
+    cell = "results/smoke/tiny-s/arith-long/balanced-agg/seed0"
+    forced = snakemake("-n", "-p", "--configfile", "configs/smoke.yaml", "-R", f"{cell}/manifest.json", cwd=workdir)
+    train = [line for line in forced.stdout.splitlines() if "balagg train --launch" in line]
+    assert len(train) == 1 and f"--invalidate {cell}/eval --invalidate results/smoke/analysis" in train[0]
+
+    shutil.rmtree(workdir / cell / "eval")  # what the killed train job had done before training
+    shutil.rmtree(workdir / "results/smoke/analysis")
+    (workdir / cell / "manifest.json").unlink()  # Snakemake removes a failed job's output
+    counts = job_counts(snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout)
+    assert counts["train"] == 1 and counts["collect_curve"] == 1 and counts["table1"] == 1
+    assert counts["generate"] == 2 and counts["mlflow_log_eval"] == 1

@@ -29,6 +29,7 @@ from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
 from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, truncate_metrics
+from balagg.train.launch import remove_paths
 
 log = logging.getLogger("balagg.train")
 
@@ -97,24 +98,25 @@ def _detach_log_file(handler: logging.Handler) -> None:
     handler.close()
 
 
+def _main_process() -> bool:
+    """Rank 0 (or a single process): the one that owns the cell's files."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def _holds_lock(cell_dir: CellDir) -> bool:
     """Whether this process must take the work directory's lock: not when the launcher holds it for its
     children, and only on the first process of a job launched by hand with several processes."""
-    if os.environ.get(LOCKED_ENV) == str(cell_dir.root.resolve()):
-        return False
-    return os.environ.get("RANK", "0") == "0"
+    return os.environ.get(LOCKED_ENV) != str(cell_dir.root.resolve()) and _main_process()
 
 
 def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path,
              invalidate: list[str] = ()) -> dict[str, Any]:
     """Train the cell (see the module docstring); ``invalidate`` paths are removed once the lock is held."""
-    from balagg.train.launch import remove_paths
-
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     cell_dir = CellDir(workdir)
     cell_dir.root.mkdir(parents=True, exist_ok=True)
     with exclusive(cell_dir.root) if _holds_lock(cell_dir) else contextlib.nullcontext():
-        if os.environ.get("RANK", "0") == "0":
+        if _main_process():
             remove_paths(list(invalidate))
         handler = _attach_log_file(cell_dir)
         try:
@@ -181,7 +183,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         torch.set_num_threads(cell.torch_threads)
 
     resume = cell_dir.latest_resumable()
-    main_process = os.environ.get("RANK", "0") == "0"
+    main_process = _main_process()
     if main_process:
         cell_dir.stopped.unlink(missing_ok=True)
     if resume is None:

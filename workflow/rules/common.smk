@@ -98,6 +98,29 @@ def tinyworld_cards():
     return [f"{RESULTS}/models/{m}/card.json" for m, spec in config["models"].items() if spec["path"] == TINYWORLD]
 
 
+def data_reports():
+    """The prepare-data report of every training set and benchmark (bad rows skipped, and why)."""
+    return [f"{RESULTS}/data/train/{name}.report.json" for name in config["datasets"]] + [
+        f"{RESULTS}/data/bench/{name}.report.json" for name in BENCHMARKS
+    ]
+
+
+def bad_rows_summary():
+    """End-of-run lines naming every prepared file with skipped bad rows (none when all rows were good)."""
+    import json
+
+    lines = []
+    for path in data_reports():
+        try:
+            counts = json.loads(Path(path).read_text())
+        except (OSError, ValueError):  # not made in this run, or not a report: nothing to say
+            continue
+        if isinstance(counts, dict) and counts.get("skipped"):
+            lines.append(f"{counts['out']}: {counts['skipped']} bad row(s) of {counts['rows_read']} skipped "
+                         f"(data.on_bad_row: skip); see {path}")
+    return lines
+
+
 def data_source(kind, name):
     return config["datasets"][name]["source"] if kind == "train" else config["benchmarks"][name]
 

@@ -1,5 +1,8 @@
 # Training: one job per grid cell. Resumable state lives in the cell's train/ work folder, which is not a
 # declared output (Snakemake deletes declared outputs of failed jobs); the manifest, written last, is.
+# A train job removes, before training, what was derived from the cell's previous training (its eval/
+# and the campaign's analysis/): an interrupted (re)train then leaves them missing, so the next run sees
+# the cell incomplete and redoes them, instead of "Nothing to be done" beside an old curve and Table 1.
 
 
 rule cell_config:
@@ -27,6 +30,7 @@ rule train:
         manifest=f"{CELL}/manifest.json",
     params:
         workdir=f"{CELL}/train",
+        stale=f"--invalidate {CELL}/eval --invalidate {RESULTS}/analysis",
     log:
         f"{CELL}/logs/train.log",
     benchmark:
@@ -41,4 +45,4 @@ rule train:
         "../../envs/gpu.yaml"
     shell:
         "python -m balagg train --launch --cell {input.cell} --workdir {params.workdir}"
-        " --out {output.manifest} > {log} 2>&1"
+        " --out {output.manifest} {params.stale} > {log} 2>&1"

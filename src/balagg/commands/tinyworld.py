@@ -56,6 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     card = actions.add_parser("card", help="merge per-model card.json files into one data card")
     card.add_argument("--cards", nargs="+", required=True, help="the models' card.json files")
     card.add_argument("--out", required=True, help="the merged data card (JSON)")
+    card.add_argument("--data-reports", nargs="*", default=[],
+                      help="prepare-data reports (--report): their bad-row counts go into the card")
     card.set_defaults(func=run_card)
 
 
@@ -85,8 +87,11 @@ def run_model(args: argparse.Namespace) -> int:
 def run_card(args: argparse.Namespace) -> int:
     from balagg.tinyworld.warmstart import merge_cards, summary_line
 
-    merged = merge_cards(args.cards, args.out)
+    merged = merge_cards(args.cards, args.out, args.data_reports)
     for name, card in merged["models"].items():
         print(summary_line(name, card))
+    for name, bad in merged["bad_rows"].items():
+        if bad["skipped"]:
+            print(f"{name}: {bad['skipped']} bad row(s) of {bad['rows_read']} skipped")
     print(f"tinyworld data card {args.out}: step-0 regime met over the grid: {merged['regime_met']}")
     return 0

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from balagg.context import native_context, read_model_config, with_context
+from balagg.errors import check_safetensors
 from balagg.io import read_jsonl, write_json, write_jsonl
 from balagg.prompts import ANSWER_FORMATS, BOXED_TEMPLATE, PromptFormat, fill_template
 from balagg.prompts import prompt_ids as render_prompt_ids
@@ -304,6 +305,7 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"{checkpoint} is not a model checkpoint (no config.json)")
+    check_safetensors(checkpoint)
     recorded, view = checkpoint, out_dir / ".model-context"
     checkpoint = Path(with_context(checkpoint, config.max_position_embeddings, view))
     if not benchmarks or len(set(benchmarks)) != len(benchmarks):

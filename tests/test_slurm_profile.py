@@ -139,7 +139,11 @@ def project_pins() -> dict[str, Requirement]:
 
 
 @pytest.mark.parametrize("name", ["gpu", "cpu"])
-def test_conda_env_is_valid_and_installs_this_checkout(name):
+def test_conda_env_is_valid_and_holds_dependencies_only(name):
+    """Snakemake builds an env from a copy of its file under .snakemake/conda/ (9.27 deployment/conda.py,
+    create_env), so a relative path in it (`-e ..`) would not name the repository: the envs hold every
+    dependency of balagg and no path; the rules put the checkout's src/ on PYTHONPATH instead (run for real in
+    test_workflow_cluster.py::test_fetch_runs_the_checkouts_code_and_records_revisions)."""
     env = load_env(name)
     assert set(env) >= {"name", "channels", "dependencies"}
     conda_deps = [dep for dep in env["dependencies"] if isinstance(dep, str)]
@@ -147,11 +151,11 @@ def test_conda_env_is_valid_and_installs_this_checkout(name):
     python = [dep.split("=", 1)[1] for dep in conda_deps if dep.startswith("python=")]
     requires = SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"])
     assert len(python) == 1 and requires.contains(python[0] + ".0"), f"python={python} outside {requires}"
-    editable = [line.split(None, 1)[1] for line in pip_section(env) if line.startswith("-e ")]
-    assert len(editable) == 1
-    # conda runs pip in the env file's folder, so the path is relative to envs/
-    target = (REPO / "envs" / editable[0]).resolve()
-    assert tomllib.loads((target / "pyproject.toml").read_text())["project"]["name"] == "balagg"
+    local = [line for line in pip_section(env) if line.startswith(("-e", "--editable", ".", "/", "file:"))]
+    assert not local, f"{name}.yaml installs a path: {local}"
+    core = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    missing = {Requirement(r).name.lower() for r in core} - set(pinned(env))
+    assert not missing, f"{name}.yaml lacks balagg's dependencies {sorted(missing)}"
 
 
 @pytest.mark.parametrize("name", ["gpu", "cpu"])

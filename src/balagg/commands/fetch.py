@@ -55,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
     for repo, record in zip(repos, records, strict=True):
         if "name" in repo:
             record["name"] = repo["name"]
+    import balagg
+
     cache = hub_cache(args.hf_home)
     write_json(args.out, {"hf_home": str(Path(args.hf_home).resolve()) if args.hf_home else None,
-                          "hub_cache": str(cache.resolve()), "repos": records})
+                          "hub_cache": str(cache.resolve()), "repos": records,
+                          "code": {"balagg": balagg.__version__, "path": str(Path(balagg.__file__).parent)}})
     print(json.dumps({"out": str(args.out), "repos": {r["repo_id"]: r["commit"] for r in records}}))
     return 0

@@ -95,7 +95,8 @@ class CellConfig:
     vllm_mode: str = "colocate"
     vllm_gpu_memory_utilization: float = 0.3
     vllm_importance_sampling_correction: bool = True
-    accelerate_config: str | None = None  # e.g. configs/accelerate/zero3.yaml (GPU runs)
+    accelerate_config: str | None = None  # e.g. configs/accelerate/fsdp2.yaml (GPU runs)
+    time_limit_minutes: int | None = None  # the job's wall-clock limit (Slurm runtime); None = none
     torch_threads: int = 1  # CPU intra-op threads
 
     # tracking

@@ -69,3 +69,27 @@ def launch_command(cell: CellConfig, cell_path: str | Path, workdir: str | Path,
     else:
         launch += ["--multi_gpu"]
     return [*launch, *train]
+
+
+def distributed_report(accelerator, accelerate_config: str | None) -> dict:
+    """What the launched job really runs, next to what its accelerate config asked for.
+
+    accelerate turns a config's FSDP into FSDP only on accelerator backends: on CPU (gloo) the same
+    ``accelerate launch`` runs plain DDP (MULTI_CPU) without saying so. The manifest records both and
+    ``fell_back`` says when they differ, so a rehearsal on CPU never passes for an FSDP run."""
+    import yaml
+
+    requested = None
+    if accelerate_config:
+        requested = str((yaml.safe_load(Path(accelerate_config).read_text()) or {}).get("distributed_type"))
+    actual = getattr(accelerator.distributed_type, "value", str(accelerator.distributed_type))
+    fsdp_plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    return {
+        "requested": requested,
+        "distributed_type": actual,
+        "fsdp_version": getattr(fsdp_plugin, "fsdp_version", None) if actual == "FSDP" else None,
+        "num_processes": accelerator.num_processes,
+        "device": accelerator.device.type,
+        "mixed_precision": accelerator.mixed_precision,
+        "fell_back": requested is not None and requested != actual,
+    }

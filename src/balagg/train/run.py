@@ -22,6 +22,7 @@ from balagg.tracking import Tracker
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.io import atomic_write_text, write_json
 from balagg.train.files import CellDir, read_metrics, truncate_metrics
+from balagg.train.launch import distributed_report
 
 log = logging.getLogger("balagg.train")
 
@@ -155,6 +156,11 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         raise ValueError(f"cell config says num_processes={cell.num_processes} but "
                          f"{trainer.accelerator.num_processes} processes were launched")
     callback.trainer = trainer
+    distributed = distributed_report(trainer.accelerator, cell.accelerate_config)
+    log.log(logging.WARNING if distributed["fell_back"] else logging.INFO,
+            "distributed: %s on %d %s process(es) (accelerate config asks for %s)%s", distributed["distributed_type"],
+            distributed["num_processes"], distributed["device"], distributed["requested"],
+            f": accelerate runs {distributed['distributed_type']} instead (FSDP needs an accelerator)" if distributed["fell_back"] else "")
 
     if trainer.is_world_process_zero():
         run_id = tracker.start(
@@ -192,6 +198,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
             "metrics_file": str(cell_dir.metrics.resolve()),
             "final_metrics": metrics[-1] if metrics else {},
             "verifier": {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors},
+            "distributed": distributed,
             "versions": package_versions(),
             "git_commit": git_commit(),
             "mlflow_run_id": tracker.run_id,

@@ -116,3 +116,8 @@ def test_fetch_runs_the_checkouts_code_and_records_revisions(checkout, tmp_path_
     assert set(commits) == {"Qwen/Qwen2.5-Math-7B", *datasets.values()}
     # a compute job (prepare_data) read the hub id offline from that cache
     assert len((checkout / "results/hub/data/bench/math500.jsonl").read_text().splitlines()) == 2
+    # a later fetch (e.g. for a model added to the grid) does not redo what depends on the earlier one
+    later = (checkout / "results/hub/fetch.json").stat().st_mtime + 60
+    os.utime(checkout / "results/hub/fetch.json", (later, later))
+    again = snakemake("-n", "results/hub/data/bench/math500.jsonl", "--configfile", config, cwd=checkout)
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -82,8 +82,9 @@ def fetch_args():
 
 
 def fetch_inputs(source):
-    """fetch.json for a hub source (its snapshot is then in the shared cache), nothing otherwise."""
-    return [FETCH] if is_hub_id(source) else []
+    """fetch.json for a hub source (its snapshot is then in the shared cache), nothing otherwise. Only its
+    existence counts (ancient): a fetch rerun for a newly added model must not retrain every cell."""
+    return [ancient(FETCH)] if is_hub_id(source) else []
 
 
 @cache

@@ -122,3 +122,15 @@ def test_prepare_reads_a_hub_dataset_from_its_snapshot(cache_env, tmp_path, name
     report = prepare(name, DATASETS[name], tmp_path / f"{name}.jsonl")
     assert report.written == (8 if name == "dapo-math-17k" else 3)
     assert all(r["id"] for r in read_jsonl(tmp_path / f"{name}.jsonl"))
+
+
+def test_hub_cache_command_layers_configs_as_snakemake(tmp_path, capsys):
+    """`tinyworld hub-cache` reads paper.yaml + rehearsal.yaml like `--configfile a b`: the paper's ids."""
+    from balagg.commands.tinyworld import merged_config
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    config = merged_config([str(root / "paper.yaml"), str(root / "rehearsal.yaml")])
+    assert config["models"]["qwen3-1.7b"]["path"] == MODEL and config["models"]["qwen3-1.7b"]["chat_template"] is True
+    assert config["models"]["qwen3-1.7b"]["train_resources"]["gpus"] == 2
+    assert config["train"]["accelerate_config"] == "configs/accelerate/fsdp2.yaml"
+    assert config["train"]["total_steps"] < 10 and config["train"]["learning_rate"] == 1.0e-6

@@ -35,12 +35,13 @@ SIZE_KEYS = {
 """What the rehearsal may change: sizes (and use_vllm, which CI's CPUs cannot run; docs/cluster.md)."""
 
 
-def leaf_keys(data: dict, prefix: str = "") -> list[str]:
+def leaf_keys(data: dict, prefix: tuple = ()) -> list[tuple]:
+    """Key paths of `data`'s leaves (a model's resources count as one leaf)."""
     keys = []
     for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and not path.endswith("_resources"):
-            keys += leaf_keys(value, path + ".")
+        path = (*prefix, key)
+        if isinstance(value, dict) and not key.endswith("_resources"):
+            keys += leaf_keys(value, path)
         else:
             keys.append(path)
     return keys
@@ -49,9 +50,8 @@ def leaf_keys(data: dict, prefix: str = "") -> list[str]:
 def test_rehearsal_changes_only_sizes():
     paper = yaml.safe_load((REPO / "configs" / "paper.yaml").read_text())
     overlay = yaml.safe_load((REPO / "configs" / "rehearsal.yaml").read_text())
-    changed = [key if not key.startswith("models.") else "models.*." + key.split(".", 2)[2]
-               for key in leaf_keys(overlay)]
-    assert set(changed) <= SIZE_KEYS, sorted(set(changed) - SIZE_KEYS)
+    changed = {".".join(("models", "*", *path[2:]) if path[0] == "models" else path) for path in leaf_keys(overlay)}
+    assert changed <= SIZE_KEYS, sorted(changed - SIZE_KEYS)
     assert set(overlay["models"]) <= set(paper["models"]), "the overlay must not add models"
     assert set(overlay["aggregators"]) <= set(paper["aggregators"])
 

@@ -50,6 +50,7 @@ wildcard_constraints:
     run=r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+",
 
 
+include: "workflow/rules/fetch.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"

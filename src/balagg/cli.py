@@ -15,8 +15,8 @@ import sys
 from balagg import __version__
 from balagg.errors import DISK_FULL, os_error_line
 
-COMMAND_MODULES: tuple[str, ...] = ("weights", "tinyworld", "prepare_data", "train", "generate", "score", "curve", "track",
-                                     "plan")
+COMMAND_MODULES: tuple[str, ...] = ("weights", "tinyworld", "fetch", "prepare_data", "train", "generate", "score", "curve",
+                                     "track", "plan")
 """Modules under ``balagg.commands``, in the order ``--help`` lists them."""
 
 

@@ -36,7 +36,11 @@ rule train:
     benchmark:
         f"{CELL}/benchmarks/train.tsv"
     threads: 1
+    # a job stopped at its time limit (or preempted) resumes from its newest checkpoint on the next attempt
+    retries: config["train_retries"]
     resources:
+        # all of a cell's GPUs on one node: the job step runs on one node (srun --nodes=1)
+        nodes=1,
         gpu=model_resource("train_resources", "gpus"),
         cpus_per_task=model_resource("train_resources", "cpus"),
         mem_mb=model_resource("train_resources", "mem_mb"),

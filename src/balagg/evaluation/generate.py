@@ -153,6 +153,16 @@ def sample_seed(base_seed: int, problem_id: str, sample: int) -> int:
 
 # --- checkpoint --------------------------------------------------------------------------------
 
+def resolve_checkpoint(checkpoint: str | os.PathLike) -> Path:
+    """A local model folder as given, or a hub id's snapshot folder in the hub cache (no network:
+    the fetch stage downloads; step 0 of a hub model is evaluated from its cached snapshot)."""
+    from balagg.hub import is_hub_id, resolve_snapshot
+
+    if is_hub_id(checkpoint):
+        return resolve_snapshot(str(checkpoint), "model")
+    return Path(checkpoint)
+
+
 def load_tokenizer(checkpoint: str | os.PathLike):
     """The checkpoint's tokenizer, with its saved pipeline intact.
 
@@ -302,7 +312,8 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     ``backend`` may be passed in to reuse a loaded engine; otherwise one is made from ``config``.
     """
     config = config or GenerationConfig()
-    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    source = str(checkpoint)
+    checkpoint, out_dir = resolve_checkpoint(checkpoint), Path(out_dir)
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"{checkpoint} is not a model checkpoint (no config.json)")
     check_safetensors(checkpoint)
@@ -344,7 +355,7 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     summary.seconds = time.monotonic() - started
     shutil.rmtree(view, ignore_errors=True)
     write_json(out_dir / "generation.json", {
-        "checkpoint": str(recorded), "benchmarks": summary.benchmarks, "backend": summary.backend,
+        "checkpoint": str(recorded), "source": source, "benchmarks": summary.benchmarks, "backend": summary.backend,
         "config": asdict(config), "fingerprint": config.fingerprint(), "context_length": context_length,
         "stop_token_ids": stops, "versions": _versions(), "seconds": round(summary.seconds, 3),
         "seed_rule": "crc32(f'{seed}:{problem_id}') % 2**30 + sample",

@@ -107,7 +107,8 @@ class CellConfig:
     # TRL's vLLM importance-sampling correction (mode sequence_mask: responses whose train/rollout ratio
     # leaves [0, 3] are masked out); its masked fractions are logged per step when on. TRL's default is on.
     vllm_importance_sampling_correction: bool = True
-    accelerate_config: str | None = None  # e.g. configs/accelerate/zero3.yaml (GPU runs)
+    accelerate_config: str | None = None  # e.g. configs/accelerate/fsdp2.yaml (GPU runs)
+    time_limit_minutes: int | None = None  # the job's wall-clock limit (Slurm runtime); None = none
     torch_threads: int = 1  # CPU intra-op threads
 
     # tracking

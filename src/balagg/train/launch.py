@@ -17,6 +17,52 @@ from pathlib import Path
 from balagg.train.config import CellConfig
 from balagg.train.files import LOCKED_ENV, CellDir, exclusive
 
+BACKEND_PACKAGES: dict[str, str] = {"DEEPSPEED": "deepspeed", "MEGATRON_LM": "megatron", "XLA": "torch_xla"}
+"""accelerate ``distributed_type`` -> the package ``accelerate launch`` imports for it (FSDP, DDP and
+MULTI_CPU need torch alone)."""
+
+
+def accelerate_packages(config_file: str | Path) -> list[str]:
+    """Packages the accelerate config ``config_file`` needs beyond torch and accelerate."""
+    import yaml
+
+    path = Path(config_file)
+    if not path.is_file():
+        raise ValueError(f"accelerate config {path} does not exist")
+    try:
+        settings = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"accelerate config {path} is not valid YAML: {error}") from None
+    if not isinstance(settings, dict) or not isinstance(settings.get("distributed_type"), str):
+        raise ValueError(f"accelerate config {path} has no distributed_type")
+    package = BACKEND_PACKAGES.get(settings["distributed_type"].upper())
+    return [package] if package else []
+
+
+def check_accelerate_config(config_file: str | Path, importable, environment: str) -> None:
+    """Refuse (ValueError, one line) an accelerate config that needs a package the train jobs' environment
+    lacks; ``importable(package) -> bool`` answers for that environment (named ``environment``)."""
+    missing = [package for package in accelerate_packages(config_file) if not importable(package)]
+    if missing:
+        raise ValueError(f"accelerate config {config_file} needs {', '.join(missing)}, which is not importable "
+                         f"in the train jobs' environment ({environment}); install it there or choose "
+                         "configs/accelerate/fsdp2.yaml")
+
+
+def conda_env_packages(env_file: str | Path) -> set[str]:
+    """Lower-case package names an ``envs/*.yaml`` conda environment installs (conda and pip sections)."""
+    import re
+
+    import yaml
+
+    spec = yaml.safe_load(Path(env_file).read_text()) or {}
+    names = set()
+    for dep in spec.get("dependencies", []):
+        for line in dep.get("pip", []) if isinstance(dep, dict) else [dep]:
+            if isinstance(line, str) and not line.startswith("-"):
+                names.add(re.split(r"[\s=<>!~\[;]", line.strip(), maxsplit=1)[0].lower().replace("_", "-"))
+    return names
+
 
 def launch_command(cell: CellConfig, cell_path: str | Path, workdir: str | Path, manifest: str | Path,
                    python: str = sys.executable) -> list[str]:
@@ -98,3 +144,27 @@ def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] 
         if code != 0 and cell_dir.stopped.exists():
             return EXIT_RESUMABLE
         return code if code >= 0 else 128 - code
+
+
+def distributed_report(accelerator, accelerate_config: str | None) -> dict:
+    """What the launched job really runs, next to what its accelerate config asked for.
+
+    accelerate turns a config's FSDP into FSDP only on accelerator backends: on CPU (gloo) the same
+    ``accelerate launch`` runs plain DDP (MULTI_CPU) without saying so. The manifest records both and
+    ``fell_back`` says when they differ, so a rehearsal on CPU never passes for an FSDP run."""
+    import yaml
+
+    requested = None
+    if accelerate_config:
+        requested = str((yaml.safe_load(Path(accelerate_config).read_text()) or {}).get("distributed_type"))
+    actual = getattr(accelerator.distributed_type, "value", str(accelerator.distributed_type))
+    fsdp_plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    return {
+        "requested": requested,
+        "distributed_type": actual,
+        "fsdp_version": getattr(fsdp_plugin, "fsdp_version", None) if actual == "FSDP" else None,
+        "num_processes": accelerator.num_processes,
+        "device": accelerator.device.type,
+        "mixed_precision": accelerator.mixed_precision,
+        "fell_back": requested is not None and requested != actual,
+    }

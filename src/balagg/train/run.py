@@ -30,7 +30,7 @@ from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
 from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, truncate_metrics
-from balagg.train.launch import remove_paths
+from balagg.train.launch import distributed_report, remove_paths
 
 log = logging.getLogger("balagg.train")
 
@@ -139,11 +139,15 @@ def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path,
         verifier = json.loads(cell_dir.verifier.read_text())
     except (OSError, ValueError):
         verifier = {"spec": cell.verifier, "timeouts": None, "errors": None}
-    return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context)
+    try:  # what the training attempt really ran (nothing is launched here)
+        distributed = json.loads((cell_dir.root / "distributed.json").read_text())
+    except (OSError, ValueError):
+        distributed = None
+    return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
 
 
 def _write_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, verifier: dict[str, Any],
-                    run_id: str | None, context: dict[str, Any]) -> dict[str, Any]:
+                    run_id: str | None, context: dict[str, Any], distributed: dict[str, Any] | None) -> dict[str, Any]:
     metrics = read_metrics(cell_dir.metrics)
     manifest = {
         "cell": cell.output_name,
@@ -160,6 +164,7 @@ def _write_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, ve
         "metrics_file": str(cell_dir.metrics.resolve()),
         "final_metrics": metrics[-1] if metrics else {},
         "verifier": verifier,
+        "distributed": distributed,
         "versions": package_versions(),
         "git_commit": git_commit(),
         "mlflow_run_id": run_id,
@@ -238,6 +243,11 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         raise ValueError(f"cell config says num_processes={cell.num_processes} but "
                          f"{trainer.accelerator.num_processes} processes were launched")
     callback.trainer = guard.trainer = trainer
+    distributed = distributed_report(trainer.accelerator, cell.accelerate_config)
+    log.log(logging.WARNING if distributed["fell_back"] else logging.INFO,
+            "distributed: %s on %d %s process(es) (accelerate config asks for %s)%s", distributed["distributed_type"],
+            distributed["num_processes"], distributed["device"], distributed["requested"],
+            f": accelerate runs {distributed['distributed_type']} instead (FSDP needs an accelerator)" if distributed["fell_back"] else "")
 
     if trainer.is_world_process_zero():
         run_id = tracker.start(
@@ -272,4 +282,5 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         return {}
     verifier = {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors}
     write_json(cell_dir.verifier, verifier)
-    return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context)
+    write_json(cell_dir.root / "distributed.json", distributed)
+    return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)

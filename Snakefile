@@ -8,6 +8,7 @@
 """
 
 from snakemake.utils import min_version, validate
+from snakemake_interface_common.exceptions import WorkflowError
 
 min_version("9.0")
 
@@ -23,7 +24,17 @@ if not workflow.overwrite_configfiles:
 if isinstance(config.get("seeds"), list):
     config["seeds"] = [int(s) if isinstance(s, str) and s.isdigit() else s for s in config["seeds"]]
 
-validate(config, "workflow/schemas/config.schema.yaml")
+try:
+    validate(config, "workflow/schemas/config.schema.yaml")
+except WorkflowError as error:  # one line naming the key, not jsonschema's dump of the whole schema
+    from jsonschema import ValidationError
+    from balagg.errors import schema_error_line
+
+    cause = error.__context__
+    if not isinstance(cause, ValidationError):
+        raise
+    files = list(workflow.overwrite_configfiles or ["configs/default.yaml"])
+    raise WorkflowError(schema_error_line(cause, [str(f) for f in files])) from None
 
 
 include: "workflow/rules/common.smk"
@@ -39,6 +50,7 @@ wildcard_constraints:
     run=r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+",
 
 
+include: "workflow/rules/fetch.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
@@ -55,3 +67,8 @@ rule all:
         analysis_targets(),
         f"{RESULTS}/analysis/mlflow.json",
         [f"{RESULTS}/data/card.json"] if tinyworld_cards() else [],
+
+
+onsuccess:
+    for line in bad_rows_summary():
+        print(f"WARNING: {line}")

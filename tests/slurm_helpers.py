@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "slurm" / "config.v8+.yaml"
 LOCAL_PROFILE = REPO / "tests" / "slurm-local"
-WORKFLOW_FILES = ("Snakefile", "workflow", "configs", "slurm", "envs", "analysis")
+WORKFLOW_FILES = ("Snakefile", "workflow", "configs", "slurm", "envs", "analysis", "src")  # jobs run the copy's src/
 
 
 def parse_profile(path: Path = PROFILE) -> dict:

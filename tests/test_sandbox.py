@@ -74,6 +74,17 @@ def test_infinite_loop_times_out(sandbox):
     assert seconds < LIMITS.timeout_s + 3
 
 
+@pytest.mark.parametrize("code", [
+    "import time\ntime.sleep(60)\n",  # sleeps: no CPU time, so only the wall clock can stop it
+    "import os\nr, w = os.pipe()\nos.read(r, 1)\n",  # blocks on a pipe nobody writes to
+    "import sys\nsys.stdin.read()\nimport time\ntime.sleep(60)\n",
+])
+def test_a_program_that_waits_without_using_cpu_ends_as_timeout_within_the_wall_clock_limit(sandbox, code):
+    result, seconds = _timed(sandbox, code)
+    assert not result.passed and result.reason == "timeout"
+    assert seconds < LIMITS.timeout_s + 3
+
+
 def test_fork_bomb_is_contained(sandbox):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     result, seconds = _timed(sandbox, code)

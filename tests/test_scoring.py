@@ -30,6 +30,16 @@ def test_pool_times_out_one_sample_and_keeps_scoring_the_rest():
     assert time.monotonic() - start < 30
 
 
+def test_a_worker_killed_from_outside_costs_no_verdict_but_a_sample_that_kills_every_worker_fails(tmp_path):
+    mark = str(tmp_path / "died")
+    pairs = [("a", "x"), ("die", mark), ("b", "x"), ("die-always", "x"), ("c", "x")]
+    with VerifierPool(workers=2, timeout_s=30.0, verifier="scoring_stubs:dies_once_on_die") as pool:
+        result = pool.verify(pairs)
+    assert Path(mark).exists()  # a worker did die on "die" ...
+    assert result.verdicts == [True, True, True, False, True]  # ... and its retry gave the verdict
+    assert list(result.errors) == [3] and "died twice" in result.errors[3]
+
+
 def test_pool_runs_the_math_verifier():
     with VerifierPool(workers=2, timeout_s=10.0) as pool:
         result = pool.verify([("\\boxed{\\frac12}", "0.5"), ("\\boxed{3}", "4"), ("<think>\\boxed{4}", "4")])

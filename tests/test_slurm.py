@@ -54,7 +54,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.skipif(NO_CLUSTER
 
 
 def job_record(job_id: str) -> dict[str, str]:
-    """`scontrol show job` as a dict (finished jobs stay listed for MinJobAge = 300 s)."""
+    """`scontrol show job` as a dict (finished jobs stay listed for MinJobAge = 1800 s on .ci/slurm-up's cluster)."""
     out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
     return dict(field.split("=", 1) for field in out.split() if "=" in field)
 

@@ -152,3 +152,69 @@ def test_kill_9_then_resume_matches_uninterrupted_run(reference_run, cell_file, 
     reference = read_metrics(reference_run / "train" / "metrics.jsonl")
     assert comparable(resumed) == comparable(reference)
     assert json.loads(manifest.read_text())["final_metrics"]["step"] == TOTAL_STEPS
+
+
+def launch_command_of(cell: Path, workdir: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "balagg", "train", "--launch", "--cell", str(cell), "--workdir", str(workdir),
+            "--out", str(out)]
+
+
+@pytest.mark.slow
+def test_time_limit_and_sigusr1_stop_at_resumable_checkpoints_and_resume_exactly_once(reference_run, cell_file,
+                                                                                     tmp_path):
+    """A job out of time stops after its first cycle, one signalled stops at the next cycle boundary, each
+    exits 75 without a manifest; the third attempt finishes; metrics and MLflow points equal an
+    uninterrupted run's, each step once."""
+    from balagg.train.deadline import EXIT_RESUMABLE, START_ENV
+
+    data = json.loads(cell_file.read_text())
+    data |= {"time_limit_minutes": 60, "mlflow_tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    cell = tmp_path / "cell.json"
+    cell.write_text(json.dumps(data))
+    workdir, manifest = tmp_path / "train", tmp_path / "manifest.json"
+    command = launch_command_of(cell, workdir, manifest)
+
+    late = {**os.environ, START_ENV: str(time.time() - 3600)}  # the job has used its hour already
+    first = subprocess.run(command, capture_output=True, text=True, timeout=300, env=late)
+    assert first.returncode == EXIT_RESUMABLE, first.stderr[-3000:]
+    assert "training stopped at step 2 (time limit" in first.stderr
+    assert json.loads((workdir / "stopped.json").read_text())["step"] == 2 and not manifest.exists()
+    assert [row["step"] for row in read_metrics(workdir / "metrics.jsonl")] == [1, 2]
+
+    env = {k: v for k, v in os.environ.items() if k != START_ENV}
+    second = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 240
+    while len(read_metrics(workdir / "metrics.jsonl")) < 3:
+        assert second.poll() is None and time.monotonic() < deadline, second.stderr.read()[-3000:]
+        time.sleep(0.01)
+    second.send_signal(signal.SIGUSR1)  # Slurm's --signal=B:USR1@... reaches the launcher
+    _, err = second.communicate(timeout=300)
+    assert second.returncode == EXIT_RESUMABLE, err[-3000:]
+    stopped_at = json.loads((workdir / "stopped.json").read_text())["step"]
+    assert stopped_at in (4, 6) and "signal SIGUSR1" in err and not manifest.exists()
+
+    third = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert third.returncode == 0, third.stderr[-3000:]
+    resumed = read_metrics(workdir / "metrics.jsonl")
+    reference = read_metrics(reference_run / "train" / "metrics.jsonl")
+    assert comparable(resumed) == comparable(reference)
+    assert not (workdir / "stopped.json").exists()
+
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=data["mlflow_tracking_uri"])
+    run_id = json.loads(manifest.read_text())["mlflow_run_id"]
+    runs = client.search_runs([client.get_run(run_id).info.experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    for key in ("pg_loss", "len_mean", "reward_mean"):
+        assert [p.step for p in client.get_metric_history(run_id, key)] == list(range(1, TOTAL_STEPS + 1)), key
+
+    # a rerun of the finished cell writes the manifest only: no step 9, no new point, no new checkpoint
+    states = sorted(p.name for p in (workdir / "state").glob("checkpoint-*"))
+    manifest.unlink()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(manifest.read_text())["steps"] == TOTAL_STEPS
+    assert comparable(read_metrics(workdir / "metrics.jsonl")) == comparable(reference)
+    assert sorted(p.name for p in (workdir / "state").glob("checkpoint-*")) == states
+    assert len(client.get_metric_history(run_id, "pg_loss")) == TOTAL_STEPS

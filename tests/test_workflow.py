@@ -5,6 +5,7 @@ The full smoke run (every rule executed) lives in test_pipeline.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -155,3 +156,47 @@ def test_schema_names_the_same_rules_and_training_keys_as_the_code():
     fields = {field.name for field in dataclasses.fields(CellConfig)}
     # every train key of the workflow config is a CellConfig field (the workflow sets the cell's identity)
     assert set(schema["train"]["properties"]) <= fields
+
+
+@pytest.mark.parametrize("configfile", ["configs/default.yaml", "configs/paper.yaml"])
+def test_every_cell_config_trains_its_own_aggregator(workdir, configfile):
+    """Only the cheap cell_config jobs run: each cell's resolved cell.json names the aggregator (and
+    model, dataset, seed) of its own path, for every aggregator of the grid."""
+    import yaml
+
+    snakemake("--cores", "1", "--configfile", configfile, "--until", "cell_config", cwd=workdir)
+    config = yaml.safe_load((workdir / configfile).read_text())
+    cells = sorted((workdir / "results" / config["campaign"]).glob("*/*/*/seed*/cell.json"))
+    expected = {(m, d, a, s) for m in config["models"] for d in config["datasets"] for a in config["aggregators"]
+                for s in config.get("seeds", [0])}
+    seen = set()
+    for path in cells:
+        model, dataset, aggregator, seed = path.parent.relative_to(workdir / "results" / config["campaign"]).parts
+        cell = json.loads(path.read_text())
+        assert (cell["model_name"], cell["dataset_name"], cell["aggregator"], f"seed{cell['seed']}") == \
+            (model, dataset, aggregator, seed), path
+        seen.add((model, dataset, aggregator, int(seed.removeprefix("seed"))))
+    assert seen == expected
+
+
+def test_an_interrupted_retrain_leaves_the_cell_incomplete_not_an_old_curve_standing(workdir):
+    """The README's retrain recipe killed midway: the train job had removed the cell's eval/ and the
+    analysis (its --invalidate paths) and Snakemake had removed the manifest; the plain command must
+    then finish the cell and redo the analysis instead of "Nothing to be done"."""
+    summary = snakemake("--configfile", "configs/smoke.yaml", "--summary", cwd=workdir).stdout
+    for line in summary.splitlines()[1:]:
+        path = workdir / line.split("\t")[0]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    snakemake("--configfile", "configs/smoke.yaml", "--touch", "--cores", "1", cwd=workdir)
+    cell = "results/smoke/tiny-s/arith-long/balanced-agg/seed0"
+    forced = snakemake("-n", "-p", "--configfile", "configs/smoke.yaml", "-R", f"{cell}/manifest.json", cwd=workdir)
+    train = [line for line in forced.stdout.splitlines() if "balagg train --launch" in line]
+    assert len(train) == 1 and f"--invalidate {cell}/eval --invalidate results/smoke/analysis" in train[0]
+
+    shutil.rmtree(workdir / cell / "eval")  # what the killed train job had done before training
+    shutil.rmtree(workdir / "results/smoke/analysis")
+    (workdir / cell / "manifest.json").unlink()  # Snakemake removes a failed job's output
+    counts = job_counts(snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout)
+    assert counts["train"] == 1 and counts["collect_curve"] == 1 and counts["table1"] == 1
+    assert counts["generate"] == 2 and counts["mlflow_log_eval"] == 1

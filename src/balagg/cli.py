@@ -13,9 +13,10 @@ import logging
 import sys
 
 from balagg import __version__
+from balagg.errors import DISK_FULL, os_error_line
 
-COMMAND_MODULES: tuple[str, ...] = ("weights", "tinyworld", "prepare_data", "train", "generate", "score", "curve", "track",
-                                     "plan")
+COMMAND_MODULES: tuple[str, ...] = ("weights", "tinyworld", "fetch", "prepare_data", "train", "generate", "score", "curve",
+                                     "track", "plan")
 """Modules under ``balagg.commands``, in the order ``--help`` lists them."""
 
 
@@ -43,3 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # bad input: one clear line, no traceback
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a full disk, a missing or unreadable file: the file and the cause
+        if error.filename is None and error.errno not in DISK_FULL:
+            raise
+        print(f"error: {os_error_line(error)}", file=sys.stderr)
+        return 1

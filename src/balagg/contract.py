@@ -73,6 +73,10 @@ STATE_DIR = "state"
 RESUMABLE_PREFIX = "checkpoint-"  # TRL's resumable checkpoint folders under state/
 TRAIN_LOG_FILE = "train.log"
 MLFLOW_RUN_ID_FILE = "mlflow_run_id"
+TRAIN_LOCK_FILE = "train.lock"
+VERIFIER_COUNTS_FILE = "verifier.json"
+STOPPED_FILE = "stopped.json"
+DISTRIBUTED_FILE = "distributed.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 
 # files of one evaluated step (eval/step-NNNNNN/)
@@ -143,6 +147,11 @@ def data_file(kind: str, name: str) -> str:
     """``data/train/{name}.jsonl`` or ``data/bench/{name}.jsonl`` (``kind`` ``train`` or ``bench``) relative to
     the campaign folder."""
     return f"{DATA_DIR}/{kind}/{dataset_filename(name)}"
+
+
+def data_report_file(kind: str, name: str) -> str:
+    """``data/{kind}/{name}.report.json``: what ``prepare-data`` read, wrote and skipped (and why)."""
+    return f"{DATA_DIR}/{kind}/{name}.report.json"
 
 
 # ---- benchmarks --------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from balagg.errors import with_filename
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
@@ -29,6 +31,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.replace(tmp, path)
+    except OSError as error:  # a failed write() names no file: name the destination (full disk, ...)
+        Path(tmp).unlink(missing_ok=True)
+        named = with_filename(error, path)
+        if named is error:
+            raise
+        raise named from error
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -9,11 +9,16 @@ MLflow's own HTTP retries are capped, so an unreachable server costs seconds, no
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
 import os
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from balagg import contract
@@ -42,6 +47,7 @@ class Tracker:
         self.run_id: str | None = None
         self.active = False
         self._mlflow = None
+        self._logged: dict[str, set[int]] = {}  # (key, step) points the run already holds
 
     def _disable(self, what: str, error: BaseException) -> None:
         log.warning("MLflow %s failed (%s: %s); tracking is off for this run, files are kept",
@@ -50,7 +56,13 @@ class Tracker:
 
     def start(self, *, experiment: str, run_name: str, run_id: str | None, tags: dict[str, str],
               params: dict[str, Any]) -> str | None:
-        """Start or resume the cell's run; returns its id (None if tracking is off or failed)."""
+        """Start or resume the cell's run; returns its id (None if tracking is off or failed).
+
+        Resuming (``run_id`` given) reads the points the run already holds, and :meth:`log_metrics` skips
+        every (key, step) among them, so a step retrained after a resume is logged once. A new run (a
+        retrain from scratch) first ends every earlier live run of the same cell (tag ``cell``)
+        explicitly: status KILLED and tag ``superseded_by`` = the new run, so one live run per cell remains.
+        """
         if self.uri is None:
             return None
         mlflow = _connect(self.uri)
@@ -60,12 +72,15 @@ class Tracker:
             self._mlflow = mlflow
             if run_id is None:
                 mlflow.set_experiment(experiment)
+                earlier = live_cell_runs(mlflow, experiment, tags.get("cell", run_name))
                 run = mlflow.start_run(run_name=run_name, tags=tags)
                 flat = {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
                         for k, v in params.items()}
                 mlflow.log_params(flat)
+                supersede(mlflow.MlflowClient(), earlier, run.info.run_id)
             else:
                 run = mlflow.start_run(run_id=run_id)
+                self._logged = logged_points(mlflow.MlflowClient(), run_id)
             self.run_id = run.info.run_id
             self.active = True
         except Exception as error:
@@ -73,14 +88,21 @@ class Tracker:
         return self.run_id
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        """Log the finite values at ``step``, skipping every key the run already holds at that step."""
         if not self.active:
             return
         finite = {k: float(v) for k, v in metrics.items()
-                  if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and k != "step"}
+                  if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and k != "step"
+                  and step not in self._logged.get(k, ())}
+        if not finite:
+            return
         try:
             self._mlflow.log_metrics(finite, step=step)
         except Exception as error:
             self._disable("log_metrics", error)
+            return
+        for key in finite:
+            self._logged.setdefault(key, set()).add(step)
 
     def end(self, status: str = "FINISHED") -> None:
         if not self.active:
@@ -90,6 +112,30 @@ class Tracker:
         except Exception as error:
             self._disable("end_run", error)
         self.active = False
+
+
+SUPERSEDED_TAG = "superseded_by"
+
+
+def logged_points(client, run_id: str) -> dict[str, set[int]]:
+    """key -> the steps at which the run holds a point."""
+    run = client.get_run(run_id)
+    return {key: {point.step for point in client.get_metric_history(run_id, key)} for key in run.data.metrics}
+
+
+def live_cell_runs(mlflow, experiment: str, cell: str) -> list[str]:
+    """Ids of the experiment's runs of ``cell`` that no later run has superseded."""
+    runs = mlflow.search_runs(experiment_names=[experiment], output_format="list",
+                              filter_string=f"tags.cell = '{cell}'")
+    return [run.info.run_id for run in runs if SUPERSEDED_TAG not in run.data.tags]
+
+
+def supersede(client, run_ids: list[str], new_run_id: str) -> None:
+    """End the earlier runs of a cell explicitly: KILLED, tagged with the run that replaces them."""
+    for run_id in run_ids:
+        client.set_tag(run_id, SUPERSEDED_TAG, new_run_id)
+        client.set_terminated(run_id, status="KILLED")
+        log.info("MLflow run %s superseded by %s (the cell is retrained from scratch)", run_id, new_run_id)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -125,13 +171,57 @@ def _best_effort(what: str, uri: str, action) -> dict[str, Any]:
         return {"status": "failed", "reason": f"{type(error).__name__}: {error}", "tracking_uri": uri}
 
 
-def setup_experiment(uri: str, experiment: str) -> dict[str, Any]:
-    """Create the tracking store (its tables) and the campaign's experiment once, before any job logs."""
+SETUP_ATTEMPTS = 5
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for other stores)."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+@contextmanager
+def _setup_lock(uri: str) -> Iterator[None]:
+    """Serialise store set-up between processes sharing a SQLite file (its schema migration races)."""
+    database = sqlite_file(uri)
+    if database is None:
+        yield
+        return
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(database.with_name(database.name + ".setup.lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def setup_experiment(uri: str, experiment: str, artifact_location: str | None = None) -> dict[str, Any]:
+    """Create the tracking store (its tables) and the campaign's experiment once, before any job logs.
+
+    ``artifact_location`` (a folder) keeps the experiment's artifacts (Table 1, figures) there, e.g. under
+    results/{campaign}/, instead of MLflow's default ``./mlruns/<id>``; an existing experiment keeps its
+    own. A concurrent set-up of the same store (another campaign starting at the same moment) is waited
+    for (a lock file beside a SQLite store) and any remaining race is retried, so the status reports
+    the final state."""
 
     def action(mlflow):
-        found = mlflow.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else mlflow.create_experiment(experiment)
-        return {"experiment": experiment, "experiment_id": experiment_id}
+        for attempt in range(1, SETUP_ATTEMPTS + 1):
+            try:
+                with _setup_lock(uri):
+                    found = mlflow.get_experiment_by_name(experiment)
+                    if found is None:
+                        location = Path(artifact_location).resolve().as_uri() if artifact_location else None
+                        try:
+                            mlflow.create_experiment(experiment, artifact_location=location)
+                        except Exception:  # created meanwhile by a process that does not take the lock
+                            if mlflow.get_experiment_by_name(experiment) is None:
+                                raise
+                        found = mlflow.get_experiment_by_name(experiment)
+                return {"experiment": experiment, "experiment_id": found.experiment_id,
+                        "artifact_location": found.artifact_location, "attempts": attempt}
+            except Exception as error:  # noqa: BLE001 - retried, then reported
+                if attempt == SETUP_ATTEMPTS:
+                    raise
+                log.warning("MLflow set-up attempt %d failed (%s: %s); retrying", attempt, type(error).__name__,
+                            error)
+                time.sleep(0.5 * attempt)
 
     return _best_effort("setup", uri, action)
 
@@ -147,6 +237,7 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
         experiment_names=[experiment], output_format="list",
         filter_string=f"tags.cell = '{manifest['cell']}' and tags.config_hash = '{manifest['config_hash']}'",
     )
+    runs = [run for run in runs if SUPERSEDED_TAG not in run.data.tags]
     if runs:
         return runs[0].info.run_id
     tags = {"cell": manifest["cell"], "model": manifest["model"], "dataset": manifest["dataset"],

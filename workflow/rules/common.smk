@@ -4,17 +4,25 @@ Everything the DAG needs is derived from the validated config, so `snakemake -n`
 the grid (every checkpoint step) up front.
 """
 
+import importlib.util
 import os
 import shlex
 import sys
-from functools import lru_cache
+from functools import cache, lru_cache
 from itertools import product
 from pathlib import Path
 
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+# the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
+sys.path.insert(0, str(Path(workflow.basedir, "src")))
+
 from balagg import contract
 from balagg.context import check_model_lengths
+from balagg.hub import is_hub_id
 from balagg.io import write_json
 from balagg.train.config import CellConfig
+from balagg.train.launch import check_accelerate_config, conda_env_packages
 
 CAMPAIGN = config["campaign"]
 RESULTS = contract.campaign_dir(CAMPAIGN)
@@ -28,6 +36,71 @@ CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"  # relative to a cell folde
 BENCHMARKS = list(config["benchmarks"])
 TINYWORLD = "tinyworld"
 RESOURCE_DEFAULTS = {"gpus": 0, "cpus": 1, "mem_mb": 4000, "runtime": 60}
+FETCH = f"{RESULTS}/fetch.json"
+GPU_ENV = Path(workflow.basedir, "envs", "gpu.yaml")
+
+
+# ---- what every job runs: this checkout's code, and hub ids offline from the shared cache
+
+def hub_models():
+    """Hub ids of the config's models (the rest are built here or local folders)."""
+    return list(dict.fromkeys(spec["path"] for spec in config["models"].values() if is_hub_id(spec["path"])))
+
+
+def hub_datasets():
+    """{registry name: hub id} of the config's training sets and benchmarks that come from the hub."""
+    found = {spec["loader"]: spec["source"] for spec in config["datasets"].values() if is_hub_id(spec["source"])}
+    return found | {name: source for name, source in config["benchmarks"].items() if is_hub_id(source)}
+
+
+def hf_home():
+    """The shared hub cache (HF_HOME) that fetch fills and every job reads: the config's `hf_home`, else
+    the submit host's HF_HOME, else huggingface_hub's default; absolute, so every node agrees."""
+    home = config.get("hf_home") or os.environ.get("HF_HOME") or os.path.join("~", ".cache", "huggingface")
+    return str(Path(os.path.expanduser(home)).resolve())
+
+
+USES_HUB = bool(hub_models() or hub_datasets())
+
+
+def job_environment():
+    """The shell prefix of every rule. PYTHONPATH: the checkout's src/ (workflow.basedir), so jobs run this
+    code whatever environment runs them (Snakemake drops an inherited PYTHONPATH under --sdm conda, and
+    the conda envs hold dependencies only). With hub sources: HF_HOME/HF_HUB_CACHE = the shared cache and
+    HF_HUB_OFFLINE=1 (compute nodes read what fetch stored; fetch itself sets HF_HUB_OFFLINE back)."""
+    src = shlex.quote(str(Path(workflow.basedir, "src")))
+    exports = [f'export PYTHONPATH={src}"${{{{PYTHONPATH:+:$PYTHONPATH}}}}"']
+    if USES_HUB:
+        home = shlex.quote(hf_home())
+        exports += [f"export HF_HOME={home}", f"export HF_HUB_CACHE={home}/hub", "export HF_HUB_OFFLINE=1"]
+    return "set -euo pipefail; " + "; ".join(exports) + "; "
+
+
+shell.prefix(job_environment())
+
+
+def fetch_args():
+    """`python -m balagg fetch` arguments for every hub model and dataset of the config."""
+    args = [f"--model {shlex.quote(m)}" for m in hub_models()]
+    args += [f"--dataset {shlex.quote(f'{name}={repo}')}" for name, repo in hub_datasets().items()]
+    return " ".join(args)
+
+
+def fetch_inputs(source):
+    """fetch.json for a hub source (its snapshot is then in the shared cache), nothing otherwise. Only its
+    existence counts (ancient): a fetch rerun for a newly added model must not retrain every cell."""
+    return [ancient(FETCH)] if is_hub_id(source) else []
+
+
+@cache
+def train_env_check(accelerate_config):
+    """Refuse at DAG build an accelerate config whose backend package the train jobs cannot import:
+    envs/gpu.yaml under --sdm conda, else this interpreter (jobs inherit its environment)."""
+    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+        packages = conda_env_packages(GPU_ENV)
+        check_accelerate_config(accelerate_config, lambda p: p.replace("_", "-") in packages, str(GPU_ENV))
+    else:
+        check_accelerate_config(accelerate_config, lambda p: importlib.util.find_spec(p) is not None, sys.executable)
 
 
 def grid():
@@ -88,10 +161,11 @@ def model_source(model):
 
 
 def model_inputs(wildcards):
-    """What a cell's training waits for besides its data: the tiny model when it is built here."""
+    """What a cell's training waits for besides its data: the tiny model when it is built here, the
+    fetched snapshot for a hub id."""
     if config["models"][wildcards.model]["path"] == TINYWORLD:
         return [os.path.join(model_source(wildcards.model), contract.MODEL_CARD_FILE)]
-    return []
+    return fetch_inputs(config["models"][wildcards.model]["path"])
 
 
 def tinyworld_cards():
@@ -100,15 +174,38 @@ def tinyworld_cards():
             for m, spec in config["models"].items() if spec["path"] == TINYWORLD]
 
 
+def data_reports():
+    """The prepare-data report of every training set and benchmark (bad rows skipped, and why)."""
+    return [os.path.join(RESULTS, contract.data_report_file("train", name)) for name in config["datasets"]] + [
+        os.path.join(RESULTS, contract.data_report_file("bench", name)) for name in BENCHMARKS
+    ]
+
+
+def bad_rows_summary():
+    """End-of-run lines naming every prepared file with skipped bad rows (none when all rows were good)."""
+    import json
+
+    lines = []
+    for path in data_reports():
+        try:
+            counts = json.loads(Path(path).read_text())
+        except (OSError, ValueError):  # not made in this run, or not a report: nothing to say
+            continue
+        if isinstance(counts, dict) and counts.get("skipped"):
+            lines.append(f"{counts['out']}: {counts['skipped']} bad row(s) of {counts['rows_read']} skipped "
+                         f"(data.on_bad_row: skip); see {path}")
+    return lines
+
+
 def data_source(kind, name):
     return config["datasets"][name]["source"] if kind == "train" else config["benchmarks"][name]
 
 
 def data_inputs(wildcards):
-    """The raw tiny-world folder when the source is built here; nothing for hub ids and local mirrors."""
+    """The raw tiny-world folder when the source is built here, fetch.json for hub ids, nothing for local mirrors."""
     if data_source(wildcards.kind, wildcards.name) == TINYWORLD:
         return [os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, contract.RAW_MANIFEST_FILE)]
-    return []
+    return fetch_inputs(data_source(wildcards.kind, wildcards.name))
 
 
 def data_loader(wildcards):
@@ -176,6 +273,8 @@ def cell_config(wildcards):
         "use_chat_template": spec.get("chat_template", False),
         **{key: spec[key] for key in ("answer_format", "enable_thinking", "max_position_embeddings") if key in spec},
         "num_processes": max(1, spec.get("train_resources", {}).get("gpus", 0)),
+        # the trainer stops at a resumable checkpoint before the job's own Slurm time limit
+        "time_limit_minutes": model_resource("train_resources", "runtime")(wildcards),
         "mlflow_tracking_uri": tracking_uri(),
         "mlflow_experiment": CAMPAIGN,
         **({"prompt_template": spec["math_template"]} if "math_template" in spec else {}),
@@ -183,6 +282,8 @@ def cell_config(wildcards):
     }
     CellConfig.from_dict(cell)  # a bad combination stops the workflow before any job runs
     check_context(model)  # so do lengths past the model's context
+    if cell.get("accelerate_config"):
+        train_env_check(cell["accelerate_config"])
     return cell
 
 

@@ -48,7 +48,8 @@ rule prepare_data:
     input:
         data_inputs,
     output:
-        os.path.join(RESULTS, contract.data_file("{kind}", "{name}")),
+        data=os.path.join(RESULTS, contract.data_file("{kind}", "{name}")),
+        counts=os.path.join(RESULTS, contract.data_report_file("{kind}", "{name}")),
     params:
         selector=data_selector,
         source=data_source_arg,
@@ -59,13 +60,15 @@ rule prepare_data:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg prepare-data {params.selector} --source {params.source}"
-        " --on-bad-row {params.on_bad_row} --out {output} > {log} 2>&1"
+        " --on-bad-row {params.on_bad_row} --out {output.data} --report {output.counts} > {log} 2>&1"
 
 
 rule tinyworld_card:
-    """The campaign's data card: every tiny model's step-0 statistics (accuracy, length CV, right/wrong lengths)."""
+    """The campaign's data card: every tiny model's step-0 statistics (accuracy, length CV, right/wrong lengths)
+    and the bad rows prepare_data skipped."""
     input:
-        tinyworld_cards(),
+        cards=tinyworld_cards(),
+        counts=data_reports(),
     output:
         f"{RESULTS}/data/card.json",
     log:
@@ -74,4 +77,5 @@ rule tinyworld_card:
     conda:
         "../../envs/cpu.yaml"
     shell:
-        "python -m balagg tinyworld card --cards {input} --out {output} > {log} 2>&1"
+        "python -m balagg tinyworld card --cards {input.cards} --data-reports {input.counts} --out {output}"
+        " > {log} 2>&1"

@@ -8,13 +8,16 @@ rule mlflow_setup:
     params:
         uri=tracking_uri(),
         experiment=CAMPAIGN,
+        # a SQLite store keeps the campaign's artifacts beside it (a server keeps its own artifact root)
+        artifacts=f"--artifact-location {RESULTS}/mlartifacts" if tracking_uri().startswith("sqlite:") else "",
     log:
         f"{RESULTS}/logs/mlflow_setup.log",
     localrule: True
     conda:
         "../../envs/cpu.yaml"
     shell:
-        "python -m balagg track setup --tracking-uri {params.uri} --experiment {params.experiment} --out {output} > {log} 2>&1"
+        "python -m balagg track setup --tracking-uri {params.uri} --experiment {params.experiment} {params.artifacts}"
+        " --out {output} > {log} 2>&1"
 
 
 rule mlflow_log_eval:

@@ -1,5 +1,8 @@
 # Training: one job per grid cell. Resumable state lives in the cell's train/ work folder, which is not a
 # declared output (Snakemake deletes declared outputs of failed jobs); the manifest, written last, is.
+# A train job removes, before training, what was derived from the cell's previous training (its eval/
+# and the campaign's analysis/): an interrupted (re)train then leaves them missing, so the next run sees
+# the cell incomplete and redoes them, instead of "Nothing to be done" beside an old curve and Table 1.
 
 
 rule cell_config:
@@ -27,12 +30,17 @@ rule train:
         manifest=f"{CELL}/{contract.MANIFEST_FILE}",
     params:
         workdir=f"{CELL}/{contract.TRAIN_DIR}",
+        stale=f"--invalidate {CELL}/{contract.EVAL_DIR} --invalidate {RESULTS}/{contract.ANALYSIS_DIR}",
     log:
         f"{CELL}/logs/train.log",
     benchmark:
         f"{CELL}/benchmarks/train.tsv"
     threads: 1
+    # a job stopped at its time limit (or preempted) resumes from its newest checkpoint on the next attempt
+    retries: config["train_retries"]
     resources:
+        # all of a cell's GPUs on one node: the job step runs on one node (srun --nodes=1)
+        nodes=1,
         gpu=model_resource("train_resources", "gpus"),
         cpus_per_task=model_resource("train_resources", "cpus"),
         mem_mb=model_resource("train_resources", "mem_mb"),
@@ -41,4 +49,4 @@ rule train:
         "../../envs/gpu.yaml"
     shell:
         "python -m balagg train --launch --cell {input.cell} --workdir {params.workdir}"
-        " --out {output.manifest} > {log} 2>&1"
+        " --out {output.manifest} {params.stale} > {log} 2>&1"

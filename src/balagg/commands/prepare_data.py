@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from balagg import contract
 
@@ -32,6 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="output JSONL file")
     parser.add_argument("--on-bad-row", choices=("fail", "skip"), default=contract.DATA.on_bad_row,
                         help="stop at the first malformed row or skip and count it (default %(default)s, as the workflow)")
+    parser.add_argument("--report", default=None,
+                        help="also write the report (rows read, written, bad rows skipped and why) to this JSON file")
     parser.add_argument("--split", default=None, help="override the registry's split")
     parser.add_argument("--subset", default=None, help="override the registry's subset (config name)")
     parser.add_argument("--start-date", default=None, help="livecodebench: first contest date (inclusive)")
@@ -64,5 +67,12 @@ def run(args: argparse.Namespace) -> int:
     location = args.source or get_source(name, role).hub_id
     report = prepare(name, location, args.out, on_bad_row=args.on_bad_row, split=args.split,
                      subset=args.subset, role=role, **options)
+    if args.report:
+        from balagg.io import write_json
+
+        write_json(args.report, report.to_dict())
+    if report.skipped:
+        print(f"{args.out}: skipped {report.skipped} bad row(s) of {report.rows_read} (on_bad_row skip), e.g. "
+              f"{report.bad_rows[0]['id']}: {report.bad_rows[0]['reason']}", file=sys.stderr)
     print(json.dumps(report.to_dict(), indent=2))
     return 0

@@ -6,11 +6,14 @@
                    saved with save_pretrained, and its step-0 data card card.json (written last)
   tinyworld card   merge the models' card.json files into the campaign's data card (one log line
                    per model)
+  tinyworld hub-cache  tiny random models of the real architectures and tiny-world datasets under a
+                   config's hub ids, in huggingface_hub's cache layout (the rehearsal's hub)
 
 Examples:
   python -m balagg tinyworld data --out results/default/tinyworld/raw --seed 0
   python -m balagg tinyworld model --size tiny-s --raw results/default/tinyworld/raw --out results/default/models/tiny-s
   python -m balagg tinyworld card --cards results/default/models/*/card.json --out results/default/data/card.json
+  python -m balagg tinyworld hub-cache --hf-home /tmp/hf --configfile configs/paper.yaml configs/rehearsal.yaml
 """
 
 from __future__ import annotations
@@ -59,9 +62,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--max-new-tokens", type=_positive, default=96)
     model.set_defaults(func=run_model)
 
+    hub = actions.add_parser("hub-cache", help="tiny stand-ins for a config's hub models and datasets, in a hub cache")
+    hub.add_argument("--hf-home", required=True, help="HF_HOME to fill (snapshots under {hf-home}/hub)")
+    hub.add_argument("--configfile", nargs="+", required=True,
+                     help="campaign config(s), later ones layered on earlier ones as Snakemake does")
+    hub.add_argument("--seed", type=int, default=0)
+    hub.add_argument("--train-problems", type=_positive, default=16, help="problems per training set")
+    hub.add_argument("--bench-problems", type=_positive, default=2, help="problems per benchmark")
+    hub.set_defaults(func=run_hub_cache)
+
     card = actions.add_parser("card", help="merge per-model card.json files into one data card")
     card.add_argument("--cards", nargs="+", required=True, help="the models' card.json files")
     card.add_argument("--out", required=True, help="the merged data card (JSON)")
+    card.add_argument("--data-reports", nargs="*", default=[],
+                      help="prepare-data reports (--report): their bad-row counts go into the card")
     card.set_defaults(func=run_card)
 
 
@@ -91,8 +105,37 @@ def run_model(args: argparse.Namespace) -> int:
 def run_card(args: argparse.Namespace) -> int:
     from balagg.tinyworld.warmstart import merge_cards, summary_line
 
-    merged = merge_cards(args.cards, args.out)
+    merged = merge_cards(args.cards, args.out, args.data_reports)
     for name, card in merged["models"].items():
         print(summary_line(name, card))
+    for name, bad in merged["bad_rows"].items():
+        if bad["skipped"]:
+            print(f"{name}: {bad['skipped']} bad row(s) of {bad['rows_read']} skipped")
     print(f"tinyworld data card {args.out}: step-0 regime met over the grid: {merged['regime_met']}")
+    return 0
+
+
+def merged_config(paths: list[str]) -> dict:
+    """Config files layered as ``snakemake --configfile a b`` does (nested keys of later files win)."""
+    import yaml
+
+    def merge(base: dict, extra: dict) -> dict:
+        for key, value in extra.items():
+            base[key] = merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+        return base
+
+    config: dict = {}
+    for path in paths:
+        config = merge(config, yaml.safe_load(open(path)) or {})
+    return config
+
+
+def run_hub_cache(args: argparse.Namespace) -> int:
+    from balagg.tinyworld.hubcache import campaign_repos, fill_hub_cache
+
+    models, datasets = campaign_repos(merged_config(args.configfile))
+    commits = fill_hub_cache(args.hf_home, models, datasets, seed=args.seed, train_problems=args.train_problems,
+                             bench_problems=args.bench_problems)
+    for repo_id, commit in commits.items():
+        print(f"{repo_id} {commit}")
     return 0

@@ -1,6 +1,6 @@
 """``python -m balagg track``: MLflow alongside the workflow (files stay the source of truth).
 
-    track setup    --tracking-uri URI --experiment NAME --out experiment.json
+    track setup    --tracking-uri URI --experiment NAME [--artifact-location DIR] --out experiment.json
     track eval     --manifest manifest.json --curve eval/curve.csv --out eval/mlflow.json
     track analysis --tracking-uri URI --experiment NAME --out analysis/mlflow.json FILE...
 
@@ -23,6 +23,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     setup = actions.add_parser("setup", help="create the tracking store and the campaign's experiment")
     setup.add_argument("--tracking-uri", required=True)
     setup.add_argument("--experiment", required=True)
+    setup.add_argument("--artifact-location", default=None,
+                       help="folder for the experiment's artifacts (default: the store's, ./mlruns for SQLite)")
     setup.add_argument("--out", type=Path, required=True)
     evaluation = actions.add_parser("eval", help="log a cell's eval curve into its training run")
     evaluation.add_argument("--manifest", type=Path, required=True, help="the cell's manifest.json")
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from balagg.io import write_json
 
     if args.action == "setup":
-        status = tracking.setup_experiment(args.tracking_uri, args.experiment)
+        status = tracking.setup_experiment(args.tracking_uri, args.experiment, args.artifact_location)
     elif args.action == "eval":
         manifest = json.loads(args.manifest.read_text())
         with args.curve.open(newline="") as handle:

@@ -55,14 +55,20 @@ def open_rows(location: str | os.PathLike, source: Source, split: str | None = N
     """The source's rows as a ``datasets.Dataset``.
 
     ``location`` is a data file (.parquet/.jsonl/.json/.csv), a folder saved with ``save_to_disk``,
-    a local mirror folder of the hub repository, or a hub id (needs network).
+    a local mirror folder of the hub repository, or a hub id: its snapshot in the hub cache (see
+    balagg.hub; the fetch stage puts it there), else a download (needs network).
     """
     import datasets
 
     split = split or source.split
     subset = subset if subset is not None else source.subset
     path = Path(location)
+    snapshot = _cached_snapshot(location)
     try:
+        if snapshot is not None and source.hub_file and str(location) == source.hub_id:
+            return datasets.load_dataset(str(snapshot), data_files=source.hub_file, split="train")
+        if snapshot is not None:
+            path = snapshot
         if path.is_file():
             builder = _FILE_BUILDERS.get(path.suffix.lower())
             if builder is None:
@@ -85,6 +91,18 @@ def open_rows(location: str | os.PathLike, source: Source, split: str | None = N
     except Exception as error:  # datasets raises many types (FileNotFoundError, DatasetNotFoundError, ...)
         raise ValueError(f"cannot load {source.name} from {location} (split {split!r}, subset {subset!r}): "
                          f"{type(error).__name__}: {error}") from None
+
+
+def _cached_snapshot(location: str | os.PathLike) -> Path | None:
+    """A hub id's snapshot folder in the hub cache (what the fetch stage stored), else None."""
+    from balagg.hub import is_hub_id, resolve_snapshot
+
+    if not is_hub_id(location):
+        return None
+    try:
+        return resolve_snapshot(str(location), "dataset")
+    except ValueError:
+        return None
 
 
 def prepare(name: str, location: str | os.PathLike, out: str | os.PathLike, *, on_bad_row: str = "fail",

@@ -334,8 +334,25 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     return card
 
 
-def merge_cards(card_paths, out) -> dict:
-    """One data card for the campaign from the per-model ``card.json`` files.
+def bad_row_counts(report_paths) -> dict:
+    """{prepared file: {"skipped", "rows_read", "examples"}} from prepare-data reports (``--report``)."""
+    import json
+    from pathlib import Path
+
+    counts = {}
+    for path in report_paths:
+        try:
+            report = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"cannot read prepare-data report {path}: {error}") from None
+        counts[report["out"]] = {"skipped": report["skipped"], "rows_read": report["rows_read"],
+                                 "examples": report["bad_rows"][:5]}
+    return counts
+
+
+def merge_cards(card_paths, out, data_reports=()) -> dict:
+    """One data card for the campaign from the per-model ``card.json`` files (and the prepare-data
+    reports: ``"bad_rows"`` = {output file: {"skipped", "rows_read", "examples": the first 5 bad rows}}).
 
     ``{"models": {model: card}, "table": [{"model", "dataset", "accuracy", "len_cv", "len_right_mean",
     "len_wrong_mean", "in_regime", "wrong_longer"}, ...], "regime_met": bool}``; ``regime_met`` is the
@@ -363,6 +380,7 @@ def merge_cards(card_paths, out) -> dict:
         "models": models,
         "table": table,
         "regime_met": all(r["in_regime"] for r in table) and any(r["wrong_longer"] for r in table),
+        "bad_rows": bad_row_counts(data_reports),
     }
     write_json(out, merged)
     return merged

@@ -30,6 +30,8 @@ from balagg import contract
 from balagg.prompts import ANSWER_FORMATS, PromptFormat
 from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
 
+OPERATIONAL_FIELDS = ("time_limit_minutes",)
+"""Fields that change how a job is run but not what it trains (left out of the config hash)."""
 
 @dataclass
 class CellConfig:
@@ -92,6 +94,9 @@ class CellConfig:
     keep_checkpoints: int = 2  # resumable checkpoints kept (weights-only eval checkpoints are all kept)
     eval_steps: list[int] = field(default_factory=list)  # weights-only checkpoints; step 0 always included
     eval_every: int = 0  # also every N steps when > 0 (and the last step)
+    # wall-clock limit of one training job (Slurm --time): stop at a resumable checkpoint before it and
+    # exit 75 so the workflow's retry resumes (balagg.train.deadline); None: no limit
+    time_limit_minutes: int | None = None
 
     # hardware
     num_processes: int = 1  # data-parallel processes (GPUs); the workflow launches this many
@@ -103,7 +108,8 @@ class CellConfig:
     # TRL's vLLM importance-sampling correction (mode sequence_mask: responses whose train/rollout ratio
     # leaves [0, 3] are masked out); its masked fractions are logged per step when on. TRL's default is on.
     vllm_importance_sampling_correction: bool = True
-    accelerate_config: str | None = None  # e.g. configs/accelerate/zero3.yaml (GPU runs)
+    accelerate_config: str | None = None  # e.g. configs/accelerate/fsdp2.yaml (GPU runs)
+    time_limit_minutes: int | None = None  # the job's wall-clock limit (Slurm runtime); None = none
     torch_threads: int = 1  # CPU intra-op threads
 
     # tracking
@@ -176,6 +182,8 @@ class CellConfig:
 
             check_fits(self.model_name, self.max_position_embeddings, self.max_prompt_length,
                        self.max_completion_length, "training", self.max_position_embeddings)
+        if self.time_limit_minutes is not None and self.time_limit_minutes < 1:
+            raise ValueError(f"cell config: time_limit_minutes must be >= 1 or null, got {self.time_limit_minutes}")
         if self.verifier_timeout_s <= 0:
             raise ValueError("cell config: verifier_timeout_s must be positive")
         bad_steps = [s for s in self.eval_steps if not 0 <= s <= self.total_steps]
@@ -237,8 +245,10 @@ class CellConfig:
         return dataclasses.asdict(self)
 
     def config_hash(self) -> str:
-        """sha256 of the resolved config (canonical JSON), first 16 hex digits."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """sha256 of the resolved config (canonical JSON) without the fields that cannot change what is
+        trained (:data:`OPERATIONAL_FIELDS`), first 16 hex digits."""
+        result = {k: v for k, v in self.to_dict().items() if k not in OPERATIONAL_FIELDS}
+        canonical = json.dumps(result, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     @classmethod

@@ -6,17 +6,26 @@ names come from :mod:`balagg.contract`.
     DIR/state/checkpoint-{N}/          TRL/Trainer resumable state (model, optimiser, scheduler, RNG)
     DIR/train.log                      plain log lines
     DIR/mlflow_run_id                  the cell's MLflow run, resumed after a restart
+    DIR/train.lock                     held (flock) by the one trainer working on DIR; names its pid
+    DIR/verifier.json                  the training verifier's timeout and error counts (for the manifest)
+    DIR/stopped.json                   why the last attempt stopped early at a resumable checkpoint
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from balagg import contract
+from balagg.errors import with_filename
 from balagg.io import atomic_write_text, json_line
 
 
@@ -43,6 +52,18 @@ class CellDir:
     @property
     def mlflow_run_id(self) -> Path:
         return self.root / contract.MLFLOW_RUN_ID_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.root / contract.TRAIN_LOCK_FILE
+
+    @property
+    def verifier(self) -> Path:
+        return self.root / contract.VERIFIER_COUNTS_FILE
+
+    @property
+    def stopped(self) -> Path:
+        return self.root / contract.STOPPED_FILE
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / contract.step_dirname(step)
@@ -77,6 +98,39 @@ class CellDir:
         return best[1] if best else None
 
 
+class WorkdirBusy(ValueError):
+    """Another trainer holds the work directory's lock."""
+
+
+LOCKED_ENV = "BALAGG_TRAIN_LOCKED"
+"""Set by the launcher to the work directory whose lock it holds for its children."""
+
+
+@contextmanager
+def exclusive(root: str | Path) -> Iterator[int]:
+    """Hold ``root/train.lock`` (an flock, released by the kernel when the holder dies, even by kill -9)
+    for the block (it yields the locked descriptor, which a child can inherit to keep the lock); a
+    second trainer on the same folder gets :class:`WorkdirBusy` naming the holder.
+    The lock file stays (removing it would let two holders lock two different inodes)."""
+    cell = CellDir(root)
+    cell.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(cell.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown process"
+        os.close(fd)
+        raise WorkdirBusy(f"{cell.root} is in use by another trainer ({holder}); a second one would corrupt "
+                          "the cell: wait for it to end or stop it") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """metrics.jsonl lines; a torn last line (kill -9 mid-append) is dropped."""
     path = Path(path)
@@ -101,7 +155,10 @@ def truncate_metrics(path: str | Path, last_step: int) -> list[dict[str, Any]]:
 def append_metrics(path: str | Path, row: dict[str, Any]) -> None:
     """Append one line and fsync. A crash can at worst leave a torn last line, which read_metrics drops
     and the resume truncates away."""
-    with open(path, "a") as handle:
-        handle.write(json_line(row))
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(path, "a") as handle:
+            handle.write(json_line(row))
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise with_filename(error, path) from error

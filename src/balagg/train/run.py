@@ -1,16 +1,22 @@
 """Train one grid cell end to end: resume if possible, train, write the manifest last.
 
-``run_cell(cell, workdir, manifest_path)``:
+``run_cell(cell, workdir, manifest_path)``, holding the work directory's lock (one trainer per folder):
 1. finds the newest complete resumable checkpoint under ``workdir/state`` (none: a fresh start, which
    clears metrics.jsonl) and truncates metrics.jsonl to the steps it covers;
-2. builds model, tokenizer, prompts, the math reward and :class:`AggregatedGRPOTrainer`;
-3. trains to ``total_steps``, writing metrics.jsonl / MLflow / eval checkpoints through the callback;
+2. if that checkpoint is the last step, the cell is finished: it only writes the manifest (no step is
+   trained twice or added, whatever moment the previous attempt was killed at);
+3. else builds model, tokenizer, prompts, the math reward and :class:`AggregatedGRPOTrainer` and trains
+   to ``total_steps``, writing metrics.jsonl / MLflow (each (key, step) once) / eval checkpoints through
+   the callback; near the job's time limit or on SIGTERM/SIGUSR1 it stops at a resumable checkpoint
+   and raises :class:`~balagg.train.deadline.TrainingStopped` (balagg.train.deadline);
 4. writes the manifest atomically, after everything else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import json
 import logging
 import os
 import subprocess
@@ -22,8 +28,10 @@ from balagg import contract
 from balagg.context import prepare_model
 from balagg.tracking import Tracker
 from balagg.train.config import CellConfig, grpo_config_kwargs
+from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
-from balagg.train.files import CellDir, read_metrics, truncate_metrics
+from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, truncate_metrics
+from balagg.train.launch import distributed_report, remove_paths
 
 log = logging.getLogger("balagg.train")
 
@@ -80,15 +88,80 @@ def _detach_log_file(handler: logging.Handler) -> None:
     handler.close()
 
 
-def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path) -> dict[str, Any]:
+def _main_process() -> bool:
+    """Rank 0 (or a single process): the one that owns the cell's files."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _holds_lock(cell_dir: CellDir) -> bool:
+    """Whether this process must take the work directory's lock: not when the launcher holds it for its
+    children, and only on the first process of a job launched by hand with several processes."""
+    return os.environ.get(LOCKED_ENV) != str(cell_dir.root.resolve()) and _main_process()
+
+
+def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path,
+             invalidate: list[str] = ()) -> dict[str, Any]:
+    """Train the cell (see the module docstring); ``invalidate`` paths are removed once the lock is held."""
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     cell_dir = CellDir(workdir)
     cell_dir.root.mkdir(parents=True, exist_ok=True)
-    handler = _attach_log_file(cell_dir)
+    with exclusive(cell_dir.root) if _holds_lock(cell_dir) else contextlib.nullcontext():
+        if _main_process():
+            remove_paths(list(invalidate))
+        handler = _attach_log_file(cell_dir)
+        try:
+            return _run(cell, cell_dir, Path(manifest_path))
+        finally:
+            _detach_log_file(handler)
+
+
+def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, step: int,
+                       context: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a cell whose last resumable checkpoint is its last step: nothing is trained."""
+    log.info("cell %s: already trained to step %d; writing its manifest only", cell.output_name, step)
+    run_id = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
+    if run_id is not None:  # the previous attempt may have been killed before it ended the run
+        tracker = Tracker(cell.mlflow_tracking_uri)
+        tracker.start(experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=run_id, tags={}, params={})
+        tracker.end("FINISHED")
     try:
-        return _run(cell, cell_dir, Path(manifest_path))
-    finally:
-        _detach_log_file(handler)
+        verifier = json.loads(cell_dir.verifier.read_text())
+    except (OSError, ValueError):
+        verifier = {"spec": cell.verifier, "timeouts": None, "errors": None}
+    try:  # what the training attempt really ran (nothing is launched here)
+        distributed = json.loads((cell_dir.root / contract.DISTRIBUTED_FILE).read_text())
+    except (OSError, ValueError):
+        distributed = None
+    return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
+
+
+def _write_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, verifier: dict[str, Any],
+                    run_id: str | None, context: dict[str, Any], distributed: dict[str, Any] | None) -> dict[str, Any]:
+    metrics = read_metrics(cell_dir.metrics)
+    manifest = {
+        "cell": cell.output_name,
+        "model": cell.model_name,
+        "dataset": cell.dataset_name,
+        "aggregator": cell.aggregator,
+        "scope": cell.scope,
+        "seed": cell.seed,
+        "config_hash": cell.config_hash(),
+        "config": cell.to_dict(),
+        "context": context,
+        "steps": metrics[-1]["step"] if metrics else 0,
+        "checkpoints": [{"step": step, "path": str(path.resolve())} for step, path in cell_dir.eval_checkpoints()],
+        "metrics_file": str(cell_dir.metrics.resolve()),
+        "final_metrics": metrics[-1] if metrics else {},
+        "verifier": verifier,
+        "distributed": distributed,
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+        "mlflow_run_id": run_id,
+        "mlflow_tracking_uri": cell.mlflow_tracking_uri,
+    }
+    write_json(manifest_path, manifest)
+    log.info("wrote manifest %s", manifest_path)
+    return manifest
 
 
 def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, Any]:
@@ -99,24 +172,32 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
 
     from balagg.rewards import MathReward
     from balagg.train.callbacks import CellCallback, StepProgress
+    from balagg.train.deadline import StopGuard, TrainingStopped
     from balagg.train.data import build_prompts
     from balagg.train.trainer import AggregatedGRPOTrainer
 
     if not torch.cuda.is_available():
         torch.set_num_threads(cell.torch_threads)
 
-    resume = cell_dir.latest_resumable()
-    if resume is None:
-        cell_dir.metrics.unlink(missing_ok=True)
-        log.info("cell %s: fresh start (config %s)", cell.output_name, cell.config_hash())
-    else:
-        step = int(resume.name.removeprefix("checkpoint-"))
-        truncate_metrics(cell_dir.metrics, step)
-        log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
-
     # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
     model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
                                         cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
+    resume = cell_dir.latest_resumable()
+    main_process = _main_process()
+    if main_process:
+        cell_dir.stopped.unlink(missing_ok=True)
+    if resume is None:
+        if main_process:
+            cell_dir.metrics.unlink(missing_ok=True)
+        log.info("cell %s: fresh start (config %s)", cell.output_name, cell.config_hash())
+    else:
+        step = int(resume.name.removeprefix(contract.RESUMABLE_PREFIX))
+        if main_process:
+            truncate_metrics(cell_dir.metrics, step)
+        if step >= cell.total_steps:
+            return _finished_manifest(cell, cell_dir, manifest_path, step, context) if main_process else {}
+        log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
+
     tokenizer = contract.load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
@@ -132,12 +213,14 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     tracker = Tracker(cell.mlflow_tracking_uri)
     stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
     callback = CellCallback(cell_dir, cell.checkpoint_steps(), cell.mini_batches, tracker)
+    guard = StopGuard(cell.generation_cycle, cell.time_limit_minutes)
+    guard.install_signal_handlers()
     # use_cpu: without it several CPU processes (torchrun, gloo) are not seen as one distributed job
     args = GRPOConfig(**grpo_config_kwargs(cell, str(cell_dir.state)), use_cpu=not torch.cuda.is_available(),
                       disable_tqdm=not sys.stderr.isatty())
     trainer = AggregatedGRPOTrainer(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[reward],
-        callbacks=[callback], aggregation=cell.aggregator, scope=cell.scope,
+        callbacks=[callback, guard], aggregation=cell.aggregator, scope=cell.scope,
         group_preserving_minibatches=cell.group_preserving_minibatches,
     )
     trainer.remove_callback(PrinterCallback)  # plain per-step lines come from the callback's logger
@@ -148,7 +231,12 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     if trainer.accelerator.num_processes != cell.num_processes:
         raise ValueError(f"cell config says num_processes={cell.num_processes} but "
                          f"{trainer.accelerator.num_processes} processes were launched")
-    callback.trainer = trainer
+    callback.trainer = guard.trainer = trainer
+    distributed = distributed_report(trainer.accelerator, cell.accelerate_config)
+    log.log(logging.WARNING if distributed["fell_back"] else logging.INFO,
+            "distributed: %s on %d %s process(es) (accelerate config asks for %s)%s", distributed["distributed_type"],
+            distributed["num_processes"], distributed["device"], distributed["requested"],
+            f": accelerate runs {distributed['distributed_type']} instead (FSDP needs an accelerator)" if distributed["fell_back"] else "")
 
     if trainer.is_world_process_zero():
         run_id = tracker.start(
@@ -163,35 +251,25 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     status = "FAILED"
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
-        status = "FINISHED"
+        status = "KILLED" if guard.stopped else "FINISHED"
+    except Exception as error:
+        write_failure = checkpoint_write_error(error, cell_dir.root)  # a full disk, not "unexpected pos"
+        if write_failure is None:
+            raise
+        raise write_failure from error
     finally:
         reward.close()
         if trainer.is_world_process_zero():
             tracker.end(status)
 
-    manifest: dict[str, Any] = {}
-    if trainer.is_world_process_zero():
-        metrics = read_metrics(cell_dir.metrics)
-        manifest = {
-            "cell": cell.output_name,
-            "model": cell.model_name,
-            "dataset": cell.dataset_name,
-            "aggregator": cell.aggregator,
-            "scope": cell.scope,
-            "seed": cell.seed,
-            "config_hash": cell.config_hash(),
-            "config": cell.to_dict(),
-            "context": context,
-            "steps": metrics[-1]["step"] if metrics else 0,
-            "checkpoints": [{"step": step, "path": str(path.resolve())} for step, path in cell_dir.eval_checkpoints()],
-            "metrics_file": str(cell_dir.metrics.resolve()),
-            "final_metrics": metrics[-1] if metrics else {},
-            "verifier": {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors},
-            "versions": package_versions(),
-            "git_commit": git_commit(),
-            "mlflow_run_id": tracker.run_id,
-            "mlflow_tracking_uri": cell.mlflow_tracking_uri,
-        }
-        write_json(manifest_path, manifest)
-        log.info("wrote manifest %s", manifest_path)
-    return manifest
+    if guard.stopped:
+        step = trainer.state.global_step
+        if trainer.is_world_process_zero():
+            write_json(cell_dir.stopped, {"step": step, "reason": guard.stopped})
+        raise TrainingStopped(guard.stopped, step)
+    if not trainer.is_world_process_zero():
+        return {}
+    verifier = {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors}
+    write_json(cell_dir.verifier, verifier)
+    write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
+    return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)

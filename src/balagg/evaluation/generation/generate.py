@@ -30,6 +30,7 @@ from pathlib import Path
 
 from balagg import contract
 from balagg.context import native_context, read_model_config, with_context
+from balagg.errors import check_safetensors
 from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request
 from balagg.io import read_jsonl, write_json, write_jsonl
 from balagg.prompts import PromptFormat
@@ -52,6 +53,16 @@ def sample_seed(base_seed: int, problem_id: str, sample: int) -> int:
 
 
 # --- checkpoint --------------------------------------------------------------------------------
+
+def resolve_checkpoint(checkpoint: str | os.PathLike) -> Path:
+    """A local model folder as given, or a hub id's snapshot folder in the hub cache (no network:
+    the fetch stage downloads; step 0 of a hub model is evaluated from its cached snapshot)."""
+    from balagg.hub import is_hub_id, resolve_snapshot
+
+    if is_hub_id(checkpoint):
+        return resolve_snapshot(str(checkpoint), "model")
+    return Path(checkpoint)
+
 
 def model_context_length(checkpoint: str | os.PathLike) -> int:
     """The checkpoint's own context length (:func:`balagg.context.native_context`)."""
@@ -174,9 +185,11 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     ``backend`` may be passed in to reuse a loaded engine; otherwise one is made from ``config``.
     """
     config = config or GenerationConfig()
-    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    source = str(checkpoint)
+    checkpoint, out_dir = resolve_checkpoint(checkpoint), Path(out_dir)
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"{checkpoint} is not a model checkpoint (no config.json)")
+    check_safetensors(checkpoint)
     recorded, view = checkpoint, out_dir / ".model-context"
     checkpoint = Path(with_context(checkpoint, config.max_position_embeddings, view))
     if not benchmarks or len(set(benchmarks)) != len(benchmarks):
@@ -215,7 +228,7 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     summary.seconds = time.monotonic() - started
     shutil.rmtree(view, ignore_errors=True)
     write_json(out_dir / contract.GENERATION_META_FILE, {
-        "checkpoint": str(recorded), "benchmarks": summary.benchmarks, "backend": summary.backend,
+        "checkpoint": str(recorded), "source": source, "benchmarks": summary.benchmarks, "backend": summary.backend,
         "config": asdict(config), "fingerprint": config.fingerprint(), "context_length": context_length,
         "stop_token_ids": stops, "versions": _versions(), "seconds": round(summary.seconds, 3),
         "seed_rule": "crc32(f'{seed}:{problem_id}') % 2**30 + sample",

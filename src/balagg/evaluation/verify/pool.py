@@ -3,8 +3,10 @@
 Each worker is a process that imports the verifier once and answers one request at a time over a pipe.
 The parent keeps every worker busy and kills a worker whose current sample runs past ``timeout_s``
 (signals cannot interrupt a long C call such as a huge integer power; killing the process can), records
-that sample as incorrect and timed out, and starts a replacement. A verifier exception on one sample
-scores that sample 0 and is counted as an error; the other samples are unaffected.
+that sample as incorrect and timed out, and starts a replacement. A worker that dies (killed from
+outside, out of memory) is replaced and its sample retried once, so a stray kill changes no verdict; a
+second death on the same sample scores it 0 as an error. A verifier exception on one sample scores that
+sample 0 and is counted as an error; the other samples are unaffected.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ class VerifierPool:
             self._wait_ready(worker)
         self._pool.extend(fresh)
         busy: dict[Connection, _Worker] = {}
+        retried: set[int] = set()
         while pending or busy:
             for worker in self._pool:
                 if worker.index is None and pending:
@@ -138,9 +141,14 @@ class VerifierPool:
                 worker = busy.pop(conn)
                 try:
                     index, verdict, error = conn.recv()
-                except (EOFError, OSError):  # the worker died (e.g. killed by the OS): that sample fails
-                    index, verdict, error = worker.index, False, "worker process died"
+                except (EOFError, OSError):  # the worker died (killed from outside, OOM): retry its sample once
+                    index = worker.index
                     self._replace(worker)
+                    if index not in retried:
+                        retried.add(index)
+                        pending.appendleft(index)
+                        continue
+                    verdict, error = False, "worker process died twice on this sample"
                 result.verdicts[index] = verdict
                 if error is not None:
                     result.errors[index] = error

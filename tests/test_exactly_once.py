@@ -1,0 +1,276 @@
+"""Exactly-once training without a model: the work-directory lock, the launcher owning its children,
+the metrics.jsonl cut-back, a finished cell's rerun, the time-limit decision and MLflow idempotence."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from balagg.train.files import CellDir, WorkdirBusy, exclusive, read_metrics, truncate_metrics
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def test_metrics_cut_back_keeps_steps_up_to_the_checkpoint_and_drops_a_torn_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "pg_loss": 0.1 * s}) + "\n" for s in range(1, 6)]
+    path.write_text("".join(lines) + '{"step": 6, "pg_lo')  # kill -9 in the middle of an append
+    assert [row["step"] for row in read_metrics(path)] == [1, 2, 3, 4, 5]
+    kept = truncate_metrics(path, 3)
+    assert [row["step"] for row in kept] == [1, 2, 3]
+    assert path.read_text() == "".join(lines[:3])
+
+
+def test_a_second_trainer_on_the_same_folder_is_refused_naming_the_holder(tmp_path):
+    with exclusive(tmp_path / "train"):
+        with pytest.raises(WorkdirBusy, match=rf"{tmp_path / 'train'} is in use by another trainer \(pid {os.getpid()}"):
+            with exclusive(tmp_path / "train"):
+                pass
+    with exclusive(tmp_path / "train"):  # released at the end of the block
+        pass
+
+
+def _wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _launcher(tmp_path: Path, child_code: str) -> subprocess.Popen:
+    """A launcher process running ``child_code`` as its trainer child through run_launched."""
+    code = textwrap.dedent(f"""
+        import sys
+        from balagg.train.launch import run_launched
+        sys.exit(run_launched([sys.executable, "-c", {child_code!r}], {str(tmp_path / 'train')!r}))
+    """)
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+
+
+CHILD = ("import os, pathlib, time; pathlib.Path({pidfile!r}).write_text(str(os.getpid())); time.sleep(120)")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_kill_9_of_the_launcher_ends_its_trainer_and_a_second_launcher_is_refused_meanwhile(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    launcher = _launcher(tmp_path, CHILD.format(pidfile=str(pidfile)))
+    try:
+        assert _wait_for(pidfile.exists), launcher.stderr.read() if launcher.poll() is not None else "no child"
+        child = int(pidfile.read_text())
+        second = _launcher(tmp_path, "print('must not run')")
+        _, err = second.communicate(timeout=60)
+        assert second.returncode != 0 and "is in use by another trainer" in err
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    assert _wait_for(lambda: not _alive(child)), "the trainer outlived its launcher"
+    with exclusive(tmp_path / "train"):  # the lock went with them
+        pass
+
+
+def test_sigterm_to_the_launcher_reaches_the_trainer_and_its_status_comes_back(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    child_code = ("import os, pathlib, signal, sys, time\n"
+                  "signal.signal(signal.SIGTERM, lambda n, f: sys.exit(75))\n"
+                  f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))\n"
+                  "time.sleep(120)")
+    launcher = _launcher(tmp_path, child_code)
+    assert _wait_for(pidfile.exists)
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 75
+
+
+def _fake_finished_cell(tmp_path: Path, total: int) -> tuple[object, CellDir]:
+    from balagg.train.config import CellConfig
+
+    workdir = CellDir(tmp_path / "train")
+    state = workdir.state / f"checkpoint-{total}"
+    state.mkdir(parents=True)
+    (state / "trainer_state.json").write_text(json.dumps({"global_step": total}))
+    for step in (0, total):
+        workdir.checkpoint(step).mkdir(parents=True)
+    workdir.metrics.write_text("".join(json.dumps({"step": s, "pg_loss": 0.0}) + "\n" for s in range(1, total + 2)))
+    cell = CellConfig(model=str(tmp_path / "no-model"), train_files=[str(tmp_path / "train.jsonl")],
+                      aggregator="balanced-agg", seed=0, total_steps=total, save_every=2, mini_batches=1,
+                      prompts_per_step=2, num_generations=4, micro_batch_size=8, max_completion_length=16,
+                      overlong_buffer_len=4, eval_every=total)
+    return cell, workdir
+
+
+def test_rerun_of_a_finished_cell_writes_only_its_manifest(tmp_path):
+    from balagg.train.run import run_cell
+
+    cell, workdir = _fake_finished_cell(tmp_path, total=4)  # a 5th line: a step logged after the last save
+    before = {p: p.stat().st_mtime_ns for p in workdir.root.rglob("*") if p.is_file() and p != workdir.metrics}
+    manifest = run_cell(cell, workdir.root, tmp_path / "manifest.json")  # no model exists: nothing is built
+    assert manifest["steps"] == 4 and [c["step"] for c in manifest["checkpoints"]] == [0, 4]
+    assert [row["step"] for row in read_metrics(workdir.metrics)] == [1, 2, 3, 4]
+    assert json.loads((tmp_path / "manifest.json").read_text())["final_metrics"]["step"] == 4
+    after = {p: p.stat().st_mtime_ns for p in before}
+    assert after == before  # no checkpoint written
+    assert not list(workdir.state.glob("checkpoint-5"))
+
+
+def test_train_job_removes_the_derived_outputs_before_training(tmp_path):
+    from balagg.train.run import run_cell
+
+    cell, workdir = _fake_finished_cell(tmp_path, total=2)
+    stale = [tmp_path / "eval", tmp_path / "analysis" / "table1.csv"]
+    (tmp_path / "eval" / "step-000002").mkdir(parents=True)
+    stale[1].parent.mkdir()
+    stale[1].write_text("old")
+    run_cell(cell, workdir.root, tmp_path / "manifest.json", invalidate=[str(p) for p in stale])
+    assert not any(p.exists() for p in stale)
+
+
+# ---- the time-limit decision -------------------------------------------------------------------------
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _steps(guard, clock, seconds_per_step: float, steps: int, max_steps: int = 100):
+    """Run the guard's hooks for ``steps`` optimiser steps; returns the step it stopped at (or None)."""
+    state = SimpleNamespace(global_step=0, max_steps=max_steps)
+    for _ in range(steps):
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        guard.on_step_begin(None, state, control)
+        clock.now += seconds_per_step
+        state.global_step += 1
+        guard.on_step_end(None, state, control)
+        if control.should_save:
+            clock.now += 5.0
+            guard.on_save(None, state, control)
+        if control.should_training_stop:
+            assert control.should_save and state.global_step % guard.cycle == 0
+            return state.global_step
+    return None
+
+
+def test_time_limit_stops_at_the_last_cycle_boundary_that_leaves_room_for_a_cycle_and_a_save():
+    from balagg.train.deadline import StopGuard, margin_seconds
+
+    clock = Clock(1000.0)
+    guard = StopGuard(cycle=4, time_limit_minutes=10, start_time=1000.0, clock=clock)
+    assert margin_seconds(600) == 30.0
+    stopped = _steps(guard, clock, seconds_per_step=10.0, steps=100)
+    # 600 s: after step 48 (480 s) one cycle (40 s) + a save (120 s until measured) + 30 s margin is 670 > 600
+    # -- it stops at the first boundary where  now + 40 + 120 + 30 > 1600, i.e. now > 1410: step 44
+    assert stopped == 44 and "time limit" in guard.stopped
+    assert clock.now - 1000.0 < 600
+
+
+def test_no_limit_never_stops_and_a_signal_stops_at_the_next_cycle_boundary():
+    from balagg.train.deadline import StopGuard
+
+    clock = Clock(0.0)
+    guard = StopGuard(cycle=3, time_limit_minutes=None, clock=clock)
+    assert _steps(guard, clock, 1.0, steps=7) is None
+    guard._on_signal(signal.SIGUSR1, None)
+    assert _steps(guard, clock, 1.0, steps=5) == 3 and guard.stopped == "signal SIGUSR1"
+
+
+def test_the_job_start_comes_from_the_launcher_or_slurm(monkeypatch):
+    from balagg.train.deadline import START_ENV, StopGuard
+
+    monkeypatch.setenv("SLURM_JOB_START_TIME", "500")
+    monkeypatch.delenv(START_ENV, raising=False)
+    assert StopGuard(2, 1).deadline == 560.0
+    monkeypatch.setenv(START_ENV, "1000.5")
+    assert StopGuard(2, 1).deadline == 1060.5
+
+
+# ---- MLflow ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def store(tmp_path):
+    pytest.importorskip("mlflow")
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def test_resumed_run_logs_each_step_once_and_a_retrain_supersedes_the_old_run(store):
+    import mlflow
+
+    from balagg.tracking import Tracker
+
+    tags = {"cell": "m/d/balanced-agg/seed0"}
+    first = Tracker(store)
+    run_id = first.start(experiment="e", run_name="cell", run_id=None, tags=tags, params={"a": 1})
+    for step in (1, 2, 3):
+        first.log_metrics({"step": step, "pg_loss": float(step), "nan": float("nan")}, step=step)
+    first.end("KILLED")  # the process ends after step 3; it resumes from checkpoint 2: steps 3 and 4 again
+    resumed = Tracker(store)
+    assert resumed.start(experiment="e", run_name="cell", run_id=run_id, tags={}, params={}) == run_id
+    for step in (3, 4):
+        resumed.log_metrics({"pg_loss": float(step)}, step=step)
+    resumed.end()
+    client = mlflow.MlflowClient(tracking_uri=store)
+    assert [p.step for p in client.get_metric_history(run_id, "pg_loss")] == [1, 2, 3, 4]
+
+    retrain = Tracker(store)
+    new_id = retrain.start(experiment="e", run_name="cell", run_id=None, tags=tags, params={"a": 1})
+    retrain.end()
+    old = client.get_run(run_id)
+    assert new_id != run_id and old.info.status == "KILLED" and old.data.tags["superseded_by"] == new_id
+    assert client.get_run(new_id).info.status == "FINISHED"
+
+
+def test_eval_metrics_land_at_their_training_steps_and_a_second_call_adds_no_point(store):
+    import mlflow
+
+    from balagg.tracking import Tracker, log_eval_curve
+
+    tracker = Tracker(store)
+    run_id = tracker.start(experiment="e", run_name="cell", run_id=None, tags={"cell": "c"}, params={})
+    tracker.end()
+    manifest = {"mlflow_run_id": run_id, "config": {"mlflow_experiment": "e"}}
+    rows = [{"step": str(s), "benchmark": b, "acc@8": "0.25", "best@8": "0.5"}
+            for s in (0, 2, 4) for b in ("math500", "mean")]
+    for _ in range(2):
+        assert log_eval_curve(store, manifest, rows)["status"] == "ok"
+    client = mlflow.MlflowClient(tracking_uri=store)
+    for key in ("eval/math500/acc_at_8", "eval/mean/best_at_8"):
+        assert sorted(p.step for p in client.get_metric_history(run_id, key)) == [0, 2, 4]
+
+
+def test_setup_keeps_artifacts_in_the_campaign_folder_and_survives_a_concurrent_setup(tmp_path, store):
+    code = textwrap.dedent(f"""
+        import json, sys
+        from balagg.tracking import setup_experiment
+        print(json.dumps(setup_experiment({store!r}, sys.argv[1], sys.argv[2])))
+    """)
+    env = {**os.environ, "PYTHONPATH": SRC}
+    procs = [subprocess.Popen([sys.executable, "-c", code, name, str(tmp_path / name / "mlartifacts")],
+                              stdout=subprocess.PIPE, text=True, env=env) for name in ("one", "two")]
+    statuses = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    assert [s["status"] for s in statuses] == ["ok", "ok"]
+    assert statuses[0]["experiment_id"] != statuses[1]["experiment_id"]
+    for name, status in zip(("one", "two"), statuses):
+        assert status["artifact_location"] == (tmp_path / name / "mlartifacts").resolve().as_uri()

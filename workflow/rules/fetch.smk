@@ -1,0 +1,22 @@
+# Fetch: every hub model and dataset of the config, snapshotted once on the submit host into the shared
+# cache (hf_home); compute jobs read them offline (HF_HUB_OFFLINE=1, common.smk's shell prefix).
+
+
+rule fetch:
+    """Snapshot the config's hub models and datasets into the shared cache; fetch.json records their
+    commits (the campaign's revisions). Run by hand: python -m balagg fetch --help."""
+    output:
+        FETCH,
+    params:
+        hf_home=hf_home(),
+        repos=fetch_args(),
+        # the submit host's setting, not the jobs' HF_HUB_OFFLINE=1: fetch is what may download
+        offline=os.environ.get("HF_HUB_OFFLINE", "0"),
+    log:
+        f"{RESULTS}/logs/fetch.log",
+    localrule: True
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "HF_HUB_OFFLINE={params.offline} python -m balagg fetch --hf-home {params.hf_home:q} {params.repos}"
+        " --out {output} > {log} 2>&1"

@@ -125,6 +125,12 @@ def tinyworld_size(wildcards):
     return config["models"][wildcards.model].get("tinyworld_size", wildcards.model)
 
 
+def tinyworld_regime_arg(wildcards):
+    """`--regime NAME` for a tiny model with a laboratory length regime (docs/laboratory.md), else nothing."""
+    regime = config["models"][wildcards.model].get("tinyworld_regime")
+    return f"--regime {regime}" if regime else ""
+
+
 def prompt_args(wildcards):
     """How evaluation prompts are built for the model: chat template or plain, and its templates."""
     spec = config["models"][wildcards.model]

@@ -215,4 +215,6 @@ def analysis_targets():
         *(f"{folder}/figure{n}.{ext}" for n in (1, 2, 3) for ext in ("png", "pdf")),
         f"{folder}/diagnosis.md",
         f"{folder}/diagnosis.csv",
+        *(f"{folder}/comparison.{ext}" for ext in ("md", "csv")),
+        *(f"{folder}/mechanism.{ext}" for ext in ("png", "pdf", "csv")),
     ]

@@ -35,16 +35,18 @@ def _true(a, op, b):
     return a + b if op == "+" else a - b
 
 
-def test_wrong_long_loops_to_the_limit_without_a_box_after_a_real_error():
+def test_wrong_long_loops_on_a_wrong_first_step_to_the_limit_without_a_box():
     regime, rng = get_regime("wrong-long"), random.Random(0)
     for _ in range(300):
         chain = sample_chain(rng, rng.randint(1, 4))
         text, ends = wrong_solution(chain, regime, rng)
+        if chain.n_steps == 1:  # one-step chains fail by a near-miss error of the same length
+            assert ends and int(BOX.search(text).group(1)) != chain.answer
+            continue
         assert not ends and len(text) == regime.loop_tokens and "boxed" not in text
         steps = _steps(text)
-        assert any(c != _true(a, op, b) for a, op, b, c in steps)  # the error is there
-        first_error = next(i for i, (a, op, b, c) in enumerate(steps) if c != _true(a, op, b))
-        assert len(set(steps[first_error:])) == 1  # and the erroneous step repeats from then on
+        (a, op, b, c), = set(steps)  # one step, repeated
+        assert a == chain.start and c != _true(a, op, b) and c != chain.answer
         right = right_solution(chain, regime, rng)
         assert BOX.search(right) and int(BOX.search(right).group(1)) == chain.answer
         assert len(right) + 1 < regime.loop_tokens / 2
@@ -79,7 +81,7 @@ def test_spread_has_a_wide_within_side_spread_and_no_gap():
 
 def test_wrong_long_profile_is_at_least_three_times_longer():
     profile = length_profile(get_regime("wrong-long"))
-    assert profile["wrong_unended_share"] == 1.0
+    assert 0.6 < profile["wrong_unended_share"] < 0.85  # chains of 2+ steps loop (3 in 4 in dapo-math-17k)
     assert profile["wrong_mean"] / profile["right_mean"] > 3
 
 

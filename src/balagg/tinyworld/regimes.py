@@ -5,9 +5,14 @@ wrong answers differ in length, *in tokens* (the tokenizer is character level: a
 :data:`STEP_TOKENS` tokens, an inverse check ``6+1=7. `` as many, ``\\boxed{6}`` 9, plus EOS). Each
 regime puts the length where the policy cannot drop it without changing whether it is right:
 
-- ``wrong-long``: a wrong answer is a near-miss error followed by the erroneous step repeated until the
-  length limit (``loop_tokens``; no box, no EOS, so a sampled loop is truncated and earns 0). Right
-  answers are the plain chain. Negative side much longer.
+- ``wrong-long``: on chains of two or more steps a wrong answer gets stuck on its first step: it writes
+  it (with a near-miss error) and repeats it until the length limit (``loop_tokens``; no box, no EOS,
+  so a sampled loop is truncated). The loop starts at a fixed place (after the first step) so that the
+  verifier, which reads the last equation of an unboxed answer, sees an intermediate value, almost
+  never the final answer; a loop after the *last* step would be credited whenever that step is right
+  (the first version of this regime looped after the erroneous step and measured a side-mass ratio of
+  1.03 at step 0 for that reason, docs/laboratory.md). One-step chains fail by a near-miss error.
+  Right answers are the plain chain. Negative side much longer.
 - ``right-long``: every step is followed by its inverse check; a wrong answer is a *premature stop*: it
   boxes the running value after j < n steps (necessarily shorter than the full chain). Positive side
   much longer.
@@ -62,7 +67,7 @@ class Regime:
 
 
 REGIMES: dict[str, Regime] = {
-    "wrong-long": Regime("wrong-long", p_wrong=0.5, wrong_style="loop"),
+    "wrong-long": Regime("wrong-long", p_wrong=0.4, wrong_style="loop"),
     "right-long": Regime("right-long", p_wrong=0.5, wrong_style="premature-stop", checks=True),
     "spread": Regime("spread", p_wrong=0.4, wrong_style="near-miss", repeats=(0, 8)),
 }
@@ -132,14 +137,16 @@ def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[st
             pieces = _with_repeats(pieces, rng, regime.repeats)
             return _join(pieces, _box(chain.values[j - 1] if j else chain.start)), True
         # every partial value equals the answer: fall back to a near-miss error (as long as a right one)
-    j, values = _near_miss_values(chain, rng)
-    pieces = _steps(chain, values, regime.checks)
-    if regime.wrong_style == "loop":
-        text = _join(pieces[:j + 1], None)
-        loop = " " + " ".join(pieces[j])
+    if regime.wrong_style == "loop" and chain.n_steps > 1:
+        wrong = rng.choice([v for v in range(10) if v not in (chain.values[0], chain.answer)])
+        pieces = _steps(Chain(chain.start, chain.ops[:1]), [wrong], regime.checks)
+        text = _join(pieces, None)
+        loop = " " + " ".join(pieces[0])
         while len(text) < regime.loop_tokens:
             text += loop
         return text[:regime.loop_tokens], False
+    j, values = _near_miss_values(chain, rng)
+    pieces = _steps(chain, values, regime.checks)
     return _join(_with_repeats(pieces, rng, regime.repeats), _box(values[-1])), True
 
 

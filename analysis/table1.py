@@ -26,6 +26,7 @@ import pandas as pd
 
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.campaign import Campaign
+from balagg.analysis.errors import add_standard_errors
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
 
 # best@8: any of the 8 samples correct; best@8 (bootstrap): verl's best@8/mean, which the paper most
@@ -77,7 +78,7 @@ def build_table(campaign: Campaign, paper: pd.DataFrame | None = None) -> pd.Dat
     """Our rows (:func:`peak_and_last` of the six-benchmark mean), with ``paper_<metric>``,
     ``paper_<metric>_source`` and ``diff_<metric>`` (ours - paper) beside each metric when ``paper`` is
     given (NaN where the paper has no value)."""
-    table = peak_and_last(campaign, (MEAN,)).drop(columns="benchmark")
+    table = add_standard_errors(peak_and_last(campaign, (MEAN,)).drop(columns="benchmark"), campaign)
     if paper is None:
         return table
     published = paper.assign(key=_keys(paper))
@@ -105,6 +106,9 @@ def _cell_text(row: pd.Series, metric: str, bold: bool, latex: bool) -> str:
     spread = row.get(f"{metric}_std")
     if spread is not None and not (isinstance(spread, float) and math.isnan(spread)):
         text += (r" $\pm$ " if latex else " ± ") + f"{spread:.{DIGITS}f}"
+    error = row.get(f"{metric}_se")
+    if error is not None and not (isinstance(error, float) and math.isnan(error)):
+        text += f" (SE {error:.{DIGITS}f})"
     if bold:
         text = rf"\textbf{{{text}}}" if latex else f"**{text}**"
     return text
@@ -120,7 +124,8 @@ def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFram
     bold, notes = best_mask(table), _notes(table)
     lines = [f"# Table 1: {campaign_name}", "",
              "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
-             "last: final step. Mean ± sample std over seeds where there are several. "
+             "last: final step. Mean ± sample std over seeds where there are several; (SE): standard error over "
+             "problems at that step (balagg.analysis.errors; the peak's is not corrected for choosing the maximum). "
              f"Bold: best per (dataset, model). {GAP}: no honest value (see notes).", "",
              "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
              "|---|---|---|" + "---:|" * len(VALUE_COLUMNS) + "---:|"]

@@ -83,6 +83,31 @@ def test_figures_have_one_series_per_aggregator(smoke):
         assert (smoke / f"results/smoke/analysis/{name}.png").stat().st_size > 0
 
 
+def test_error_bars_comparison_and_mechanism_outputs(smoke):
+    analysis = smoke / "results/smoke/analysis"
+    with (analysis / "table1.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:  # one seed: the standard error over problems of every value
+        for key in ("peak_acc@8", "last_acc@8", "last_best@8"):
+            assert 0 < float(row[f"{key}_se"]) < 0.5, (row["aggregator"], key)
+    with (analysis / "comparison.csv").open() as handle:
+        pairs = list(csv.DictReader(handle))
+    assert len(pairs) == 3 * 2  # three pairs of aggregators, at the last step and over checkpoints
+    assert all(row["verdict"] in ("no difference beyond error", f"{row['a']} > {row['b']}",
+                                  f"{row['a']} < {row['b']}") for row in pairs)
+    assert all(float(row["mdd"]) > 0 and int(row["n_units"]) == 6 * 4 for row in pairs)
+    with (analysis / "mechanism.csv").open() as handle:
+        mechanism = {row["aggregator"]: row for row in csv.DictReader(handle)}
+    assert sorted(mechanism) == AGGREGATORS
+    from balagg.analysis.mechanism import mechanism_frame
+
+    shares = mechanism_frame(load_campaign(smoke / "results/smoke")).dropna(subset=["neg_share"])
+    balanced = shares[shares.aggregator != "token-agg"].neg_share
+    assert len(balanced) and balanced.to_numpy() == pytest.approx(0.5)  # balanced by construction
+    assert "Beyond error" in (analysis / "diagnosis.md").read_text()
+    assert (analysis / "mechanism.png").stat().st_size > 0
+
+
 def test_mlflow_has_every_cell_with_step_and_eval_metrics_and_the_analysis(smoke):
     import mlflow
 

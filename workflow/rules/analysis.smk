@@ -118,3 +118,45 @@ rule diagnosis:
         "python {params.script} --campaign-dir results/{wildcards.campaign} "
         "--out results/{wildcards.campaign}/analysis --cells {input.curves} {input.manifests} "
         "--cv-threshold {params.cv} --gap-threshold {params.gap} > {log} 2>&1"
+
+
+rule comparison:
+    """comparison.md: paired test over problems and seeds of every difference between two aggregators."""
+    input:
+        curves=analysis_curves,
+    output:
+        md=report("results/{campaign}/analysis/comparison.md", caption=f"{ANALYSIS_REPORT}/comparison.rst",
+                  category="Diagnosis"),
+        csv="results/{campaign}/analysis/comparison.csv",
+    conda:
+        "../../envs/cpu.yaml"
+    log:
+        "results/{campaign}/logs/analysis/comparison.log",
+    params:
+        script=f"{ANALYSIS_SCRIPTS}/comparison.py",
+    shell:
+        "python {params.script} --campaign-dir results/{wildcards.campaign} "
+        "--out results/{wildcards.campaign}/analysis --cells {input.curves} > {log} 2>&1"
+
+
+rule mechanism:
+    """Mechanism figure: side shares of the update mass and long/short per-token weights over training."""
+    input:
+        curves=analysis_curves,
+        manifests=analysis_manifests,
+    output:
+        png=report("results/{campaign}/analysis/mechanism.png", caption=f"{ANALYSIS_REPORT}/mechanism.rst",
+                   category="Figures"),
+        pdf="results/{campaign}/analysis/mechanism.pdf",
+        csv="results/{campaign}/analysis/mechanism.csv",
+    conda:
+        "../../envs/cpu.yaml"
+    log:
+        "results/{campaign}/logs/analysis/mechanism.log",
+    params:
+        script=f"{ANALYSIS_SCRIPTS}/mechanism.py",
+        smoothing=ANALYSIS["smoothing"],
+    shell:
+        "python {params.script} --campaign-dir results/{wildcards.campaign} "
+        "--out results/{wildcards.campaign}/analysis --cells {input.curves} {input.manifests} "
+        "--smoothing {params.smoothing} > {log} 2>&1"

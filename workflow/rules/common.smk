@@ -229,6 +229,12 @@ PROMPT_KEYS = ("math_template", "code_template", "answer_format", "enable_thinki
 """Model keys that shape the evaluation's prompts and context exactly as the training's (cell_config)."""
 
 
+def tinyworld_regime_arg(wildcards):
+    """`--regime NAME` for a tiny model with a laboratory length regime (docs/laboratory.md), else nothing."""
+    regime = config["models"][wildcards.model].get("tinyworld_regime")
+    return f"--regime {regime}" if regime else ""
+
+
 def prompt_args(wildcards):
     """How evaluation prompts are built for the model: chat template or plain, its templates, the answer
     format the template asks for, the chat template's enable_thinking and the context override."""
@@ -337,4 +343,6 @@ def analysis_targets():
         *(f"{folder}/figure{n}.{ext}" for n in (1, 2, 3) for ext in ("png", "pdf")),
         f"{folder}/diagnosis.md",
         f"{folder}/diagnosis.csv",
+        *(f"{folder}/comparison.{ext}" for ext in ("md", "csv")),
+        *(f"{folder}/mechanism.{ext}" for ext in ("png", "pdf", "csv")),
     ]

@@ -32,6 +32,7 @@ rule tinyworld_model:
         size=tinyworld_size,
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
+        regime=tinyworld_regime_arg,
     log:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
     benchmark:
@@ -40,7 +41,7 @@ rule tinyworld_model:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg tinyworld model --size {params.size} --raw {params.raw} --seed {params.seed}"
-        " --sft-steps {params.sft_steps} --out {params.out} > {log} 2>&1"
+        " --sft-steps {params.sft_steps} {params.regime} --out {params.out} > {log} 2>&1"
 
 
 rule prepare_data:

@@ -126,8 +126,7 @@ def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path,
             _detach_log_file(handler)
 
 
-def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, step: int,
-                       context: dict[str, Any]) -> dict[str, Any]:
+def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, step: int) -> dict[str, Any]:
     """The manifest of a cell whose last resumable checkpoint is its last step: nothing is trained."""
     log.info("cell %s: already trained to step %d; writing its manifest only", cell.output_name, step)
     run_id = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
@@ -139,15 +138,20 @@ def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path,
         verifier = json.loads(cell_dir.verifier.read_text())
     except (OSError, ValueError):
         verifier = {"spec": cell.verifier, "timeouts": None, "errors": None}
-    try:  # what the training attempt really ran (nothing is launched here)
-        distributed = json.loads((cell_dir.root / "distributed.json").read_text())
-    except (OSError, ValueError):
-        distributed = None
+    # what the training attempts recorded (nothing is loaded or launched here)
+    context, distributed = (_read_record(cell_dir.root / name) for name in ("context.json", "distributed.json"))
     return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
 
 
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _write_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, verifier: dict[str, Any],
-                    run_id: str | None, context: dict[str, Any], distributed: dict[str, Any] | None) -> dict[str, Any]:
+                    run_id: str | None, context: dict[str, Any] | None, distributed: dict[str, Any] | None) -> dict[str, Any]:
     metrics = read_metrics(cell_dir.metrics)
     manifest = {
         "cell": cell.output_name,
@@ -190,9 +194,6 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     if not torch.cuda.is_available():
         torch.set_num_threads(cell.torch_threads)
 
-    # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
-    model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
-                                        cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
     resume = cell_dir.latest_resumable()
     main_process = _main_process()
     if main_process:
@@ -206,8 +207,12 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         if main_process:
             truncate_metrics(cell_dir.metrics, step)
         if step >= cell.total_steps:
-            return _finished_manifest(cell, cell_dir, manifest_path, step, context) if main_process else {}
+            return _finished_manifest(cell, cell_dir, manifest_path, step) if main_process else {}
         log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
+
+    # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
+    model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
+                                        cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
 
     tokenizer = load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
@@ -282,5 +287,6 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         return {}
     verifier = {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors}
     write_json(cell_dir.verifier, verifier)
+    write_json(cell_dir.root / "context.json", context)
     write_json(cell_dir.root / "distributed.json", distributed)
     return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)

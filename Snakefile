@@ -36,7 +36,7 @@ wildcard_constraints:
     seed=r"\d+",
     step=r"\d{6}",
     kind=r"train|bench",
-    run=r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+",
+    run=RUN_PATTERN,
 
 
 include: "workflow/rules/data.smk"

@@ -25,7 +25,8 @@ $(TEST_STAMP): $(STAMP)
 
 # Workflow rules call `python -m balagg`, so the venv goes first on PATH.
 demo: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --quiet progress
+	@$(BIN)/python -m balagg summary --campaign-dir results/default
 
 test: $(TEST_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest

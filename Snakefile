@@ -44,6 +44,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tracking.smk"
 include: "workflow/rules/analysis.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
@@ -53,4 +54,5 @@ rule all:
         cell_paths("eval/mlflow.json"),
         analysis_targets(),
         f"{RESULTS}/analysis/mlflow.json",
+        f"{RESULTS}/report.html",
         [f"{RESULTS}/data/card.json"] if tinyworld_cards() else [],

@@ -14,7 +14,7 @@ import sys
 
 from balagg import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("weights", "tinyworld", "prepare_data", "train", "generate", "score", "curve", "track")
+COMMAND_MODULES: tuple[str, ...] = ("weights", "tinyworld", "prepare_data", "train", "generate", "score", "curve", "track", "summary")
 """Modules under ``balagg.commands``, in the order ``--help`` lists them."""
 
 

@@ -55,6 +55,8 @@ rule score:
         out=output_dir,
     log:
         f"{EVAL_RUN}/logs/score-{{step}}.log",
+    benchmark:
+        f"{EVAL_RUN}/benchmarks/score-{{step}}.tsv"
     threads: 1
     conda:
         "../../envs/cpu.yaml"
@@ -72,6 +74,8 @@ rule collect_curve:
         f"{CELL}/eval/curve.csv",
     log:
         f"{CELL}/logs/collect_curve.log",
+    benchmark:
+        f"{CELL}/benchmarks/collect_curve.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"

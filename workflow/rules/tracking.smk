@@ -10,6 +10,8 @@ rule mlflow_setup:
         experiment=CAMPAIGN,
     log:
         f"{RESULTS}/logs/mlflow_setup.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/mlflow_setup.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"
@@ -26,6 +28,8 @@ rule mlflow_log_eval:
         f"{CELL}/eval/mlflow.json",
     log:
         f"{CELL}/logs/mlflow_log_eval.log",
+    benchmark:
+        f"{CELL}/benchmarks/mlflow_log_eval.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"
@@ -44,6 +48,8 @@ rule mlflow_log_analysis:
         experiment=CAMPAIGN,
     log:
         f"{RESULTS}/logs/mlflow_log_analysis.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/mlflow_log_analysis.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"

@@ -23,9 +23,10 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,workflow,lighteval]'
 	touch $@
 
-# Workflow rules call `python -m balagg`, so the venv goes first on PATH.
+# Workflow rules call `python -m balagg`, so the venv goes first on PATH. --force-use-threads: a rule with
+# `run:` (cell_config, report) runs in Snakemake's process instead of a new Snakemake per job (seconds each).
 demo: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --quiet progress
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --force-use-threads --quiet progress
 	@$(BIN)/python -m balagg summary --campaign-dir results/default
 
 test: $(TEST_STAMP)

@@ -12,15 +12,23 @@ setup: $(STAMP)
 
 # torch==2.13.0 first: on these machines it resolves to a local CPU wheel; letting a dependency pull
 # torch unpinned would fetch a multi-GB CUDA build.
+# uv installs the same pinned versions as pip, many times faster (README, Benchmarks). It does not read
+# pip's configuration, so pip's indexes, find-links and constraints are handed to it; pip itself is the
+# fallback if uv cannot install.
+PIP_SETTING = $$($(BIN)/python -m pip config get global.$(1) 2>/dev/null)
+UV = UV_INDEX_STRATEGY=unsafe-best-match UV_INDEX_URL="$(call PIP_SETTING,index-url)" \
+     UV_EXTRA_INDEX_URL="$(call PIP_SETTING,extra-index-url)" UV_FIND_LINKS="$${PIP_FIND_LINKS:-$(call PIP_SETTING,find-links)}" \
+     UV_CONSTRAINT="$(call PIP_SETTING,constraint)" $(BIN)/uv pip install --quiet --python $(BIN)/python
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,workflow]'
+	$(BIN)/python -m pip install --quiet uv
+	$(UV) torch==2.13.0 -e '.[dev,workflow]' || { $(BIN)/python -m pip install --quiet torch==2.13.0 \
+	  && $(BIN)/python -m pip install --quiet -e '.[dev,workflow]'; }
 	touch $@
 
 # lighteval only for the test that cross-checks our math verifier against lighteval's own metric.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,workflow,lighteval]'
+	$(UV) -e '.[dev,workflow,lighteval]' || $(BIN)/python -m pip install --quiet -e '.[dev,workflow,lighteval]'
 	touch $@
 
 # Workflow rules call `python -m balagg`, so the venv goes first on PATH. --force-use-threads: a rule with

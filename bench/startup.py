@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "trl", "accelerate", "mlflow", "sklearn", "pandas", "matplotlib", "vllm")
 
 PROBE = r"""
-import os, resource, runpy, sys, time
+import atexit, os, resource, runpy, sys, time
 marker, args = sys.argv[1], sys.argv[2:]
 def report():
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -39,9 +39,9 @@ def hook(event, hook_args):
     if event == "open" and isinstance(hook_args[0], str) and marker != "sqlite" and hook_args[0].endswith(marker):
         report()
 sys.addaudithook(hook)
+atexit.register(report)  # no marker met (or none given): the whole run, --help's SystemExit included
 sys.argv = ["balagg", *args]
 runpy.run_module("balagg", run_name="__main__")
-report()  # no marker met: the whole run
 """
 
 

@@ -78,7 +78,7 @@ COMMANDS = [
     ("tinyworld data", "manifest.json", ["tinyworld", "data", "--out", "raw2", "--train-problems", "8", "--bench-problems", "1"]),
     ("tinyworld model", "raw/manifest.json", ["tinyworld", "model", "--size", "tiny-s", "--raw", "raw", "--out", "m2"]),
     ("prepare-data", "dapo-math-17k.parquet", ["prepare-data", "--dataset", "dapo-math-17k", "--source", "raw/dapo-math-17k", "--out", "t2.jsonl"]),
-    ("train", "train.jsonl", ["train", "--cell", "cell.json", "--workdir", "w", "--out", "w/manifest.json"]),
+    ("train", "model.safetensors", ["train", "--cell", "cell.json", "--workdir", "w", "--out", "w/manifest.json"]),
     ("generate", "model.safetensors", ["generate", "--checkpoint", "model", "--out", "g", "--benchmarks-dir", "bench",
                                        "--benchmarks", "math500", "--n", "2", "--max-tokens", "8", "--prompt-style", "plain"]),
     ("score", "generations.jsonl", ["score", "--generations", "eval/step-000000/generations.jsonl", "--out", "s/step-000000",

@@ -108,7 +108,7 @@ if EVAL_JOBS == "cell":
             log:
                 f"{CELL}/logs/generate.log",
             benchmark:
-                f"{CELL}/benchmarks/generate.tsv"
+                f"{CELL}/benchmarks/generate_cell.tsv"
             threads: 1
             resources:
                 gpu=model_resource("generate_resources", "gpus"),
@@ -139,7 +139,7 @@ if EVAL_JOBS == "cell":
             log:
                 f"{CELL}/logs/score.log",
             benchmark:
-                f"{CELL}/benchmarks/score.tsv"
+                f"{CELL}/benchmarks/score_cell.tsv"
             threads: 1
             conda:
                 "../../envs/cpu.yaml"

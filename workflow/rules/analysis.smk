@@ -28,6 +28,8 @@ rule table1:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/table1.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/table1.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/table1.py",
         paper=lambda wildcards, input: f"--paper-values {input.paper}" if input.paper else "",
@@ -48,6 +50,8 @@ rule figure1:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/figure1.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/figure1.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure1.py",
     shell:
@@ -67,6 +71,8 @@ rule figure2:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/figure2.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/figure2.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure2.py",
         model=f"--model {ANALYSIS['figure2_model']}" if ANALYSIS["figure2_model"] else "",
@@ -89,6 +95,8 @@ rule figure3:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/figure3.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/figure3.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure3.py",
         smoothing=ANALYSIS["smoothing"],
@@ -110,6 +118,8 @@ rule diagnosis:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/diagnosis.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/diagnosis.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/diagnosis.py",
         cv=ANALYSIS["cv_threshold"],

@@ -6,6 +6,7 @@ the grid (every checkpoint step) up front.
 
 import importlib.util
 import os
+import re
 import shlex
 import sys
 from functools import cache, lru_cache
@@ -29,6 +30,10 @@ CELL = os.path.join(RESULTS, "{model}", "{dataset}", "{aggregator}", "seed{seed}
 # What an evaluation belongs to: a cell ("{dataset}/{aggregator}/seed{seed}") or the initial model.
 EVAL_RUN = os.path.join(RESULTS, "{model}", "{run}")
 INITIAL = "initial"
+RUN_PATTERN = r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
+EVAL_JOBS = config["eval"]["jobs"]
+# eval.jobs: cell -- the per-checkpoint rules evaluate only the initial model; cells have their own rules.
+PER_CHECKPOINT_RUNS = INITIAL if EVAL_JOBS == "cell" else RUN_PATTERN
 BENCHMARKS = list(config["benchmarks"])
 TINYWORLD = "tinyworld"
 RESOURCE_DEFAULTS = {"gpus": 0, "cpus": 1, "mem_mb": 4000, "runtime": 60}
@@ -143,7 +148,32 @@ def checkpoint_path(wildcards):
         if int(wildcards.step) != 0:
             raise ValueError(f"the initial model has only step 0, not {wildcards.step}")
         return model_source(wildcards.model)
-    return f"{EVAL_RUN.format(**wildcards)}/train/checkpoints/step-{wildcards.step}"
+    return cell_checkpoint(EVAL_RUN.format(**wildcards), wildcards.step)
+
+
+def cell_checkpoint(cell_dir, tag):
+    """The trainer's weights-only checkpoint of step `tag` (six digits) in a cell folder."""
+    return f"{cell_dir}/train/checkpoints/step-{tag}"
+
+
+def cell_eval_groups():
+    """eval.jobs: cell -- models grouped by their checkpoint steps after 0 (one rule per group, since a
+    rule's outputs cannot depend on its wildcards); step 0 is the initial model's, evaluated per model."""
+    groups = {}
+    for model in config["models"]:
+        groups.setdefault(tuple(s for s in checkpoint_steps(model) if s > 0), []).append(model)
+    return list(groups.items())
+
+
+def cell_step_pairs(option, make_input):
+    """eval.jobs: cell -- `--{option} INPUT --out STEP_DIR` for every step folder among a rule's outputs."""
+
+    def pairs(wildcards, output):
+        cell = CELL.format(**wildcards)
+        step_dirs = list(dict.fromkeys(os.path.dirname(path) for path in output))
+        return " ".join(f"--{option} {make_input(cell, d)} --out {d}" for d in step_dirs)
+
+    return pairs
 
 
 def tracking_uri():

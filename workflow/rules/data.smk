@@ -13,6 +13,8 @@ rule tinyworld_data:
         bench_problems=config["tinyworld"]["bench_problems"],
     log:
         f"{RESULTS}/logs/tinyworld_data.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tinyworld_data.tsv"
     conda:
         "../../envs/cpu.yaml"
     shell:
@@ -57,6 +59,8 @@ rule prepare_data:
         on_bad_row=config["data"]["on_bad_row"],
     log:
         f"{RESULTS}/logs/prepare_data/{{kind}}-{{name}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_data/{{kind}}-{{name}}.tsv"
     conda:
         "../../envs/cpu.yaml"
     shell:
@@ -74,6 +78,8 @@ rule tinyworld_card:
         f"{RESULTS}/data/card.json",
     log:
         f"{RESULTS}/logs/tinyworld_card.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tinyworld_card.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"

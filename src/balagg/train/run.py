@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from balagg.context import prepare_model
-from balagg.tracking import Tracker
+from balagg.tracking import Tracker, cell_run_tags
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
@@ -257,9 +257,8 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     if trainer.is_world_process_zero():
         run_id = tracker.start(
             experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,
-            tags={"cell": cell.output_name, "model": cell.model_name, "dataset": cell.dataset_name, "aggregator": cell.aggregator,
-                  "scope": cell.scope, "seed": str(cell.seed), "config_hash": cell.config_hash(),
-                  "git_commit": str(git_commit())},
+            tags=cell_run_tags(cell.output_name, cell.model_name, cell.dataset_name, cell.aggregator, cell.seed,
+                               cell.config_hash(), git_commit(), scope=cell.scope),
             params=cell.to_dict(),
         )
         if run_id is not None and run_id != stored_run:

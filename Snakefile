@@ -47,7 +47,7 @@ wildcard_constraints:
     seed=r"\d+",
     step=r"\d{6}",
     kind=r"train|bench",
-    run=r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+",
+    run=RUN_PATTERN,
 
 
 include: "workflow/rules/fetch.smk"
@@ -57,6 +57,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tracking.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/plan.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
@@ -66,6 +67,7 @@ rule all:
         cell_paths(f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"),
         analysis_targets(),
         f"{RESULTS}/analysis/mlflow.json",
+        f"{RESULTS}/report.html",
         [f"{RESULTS}/data/card.json"] if tinyworld_cards() else [],
 
 

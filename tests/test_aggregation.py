@@ -487,3 +487,27 @@ def test_token_agg_microbatch_edge_cases():
                                            micro_batch_ids=[0, 1]))
     with pytest.raises(ValueError, match="3 entries but there are 2"):
         aggregation_weights("token-agg-microbatch", [3, 1], [1.0, -1.0], [0, 1], micro_batch_ids=[0, 1, 2])
+
+
+def test_side_mass_ratio_is_the_length_ratio_under_token_agg_and_one_for_the_balanced_rules():
+    # one binary group, k = 3 of G = 8 correct: correct answers 20 tokens, wrong ones 60
+    lengths = [20.0] * 3 + [60.0] * 5
+    advantages = group_advantages([1] * 3 + [0] * 5, [0] * 8)
+    stats = length_diagnostics(lengths, advantages, [0] * 8, rules=["token-agg", "seq-agg", "balanced-agg"])
+    assert stats["side_mass_ratio/token-agg"] == pytest.approx(3.0)
+    assert stats["side_mass_ratio/seq-agg"] == pytest.approx(1.0)
+    assert stats["side_mass_ratio/balanced-agg"] == pytest.approx(1.0)
+
+
+def test_per_token_weight_of_long_versus_short_correct_responses():
+    # two correct (10 and 40 tokens) and two wrong answers in one group
+    lengths, groups = [10.0, 40.0, 25.0, 25.0], [0, 0, 0, 0]
+    advantages = group_advantages([1, 1, 0, 0], groups)
+    stats = length_diagnostics(lengths, advantages, groups, rules=["seq-agg", "token-agg", "balanced-agg"])
+    ratio = {r: stats[f"token_weight/{r}/pos_long"] / stats[f"token_weight/{r}/pos_short"]
+             for r in ("seq-agg", "token-agg", "balanced-agg")}
+    assert ratio["seq-agg"] == pytest.approx(10 / 40)  # seq-agg: 1 / |o| per token
+    assert ratio["token-agg"] == pytest.approx(1.0) and ratio["balanced-agg"] == pytest.approx(1.0)
+    only_one_length = length_diagnostics([10.0, 10.0, 5.0], group_advantages([1, 1, 0], [0] * 3), [0] * 3,
+                                         rules=["seq-agg"])
+    assert math.isnan(only_one_length["token_weight/seq-agg/pos_long"])

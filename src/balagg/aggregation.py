@@ -300,6 +300,10 @@ def length_diagnostics(
         advantage that ``rule`` (at its :data:`DEFAULT_SCOPES` scope) gives each side. Sequence and
         balanced aggregation give both sides of a binary group the same sqrt(k(G-k))/G; token
         aggregation tilts it towards the side with the longer responses (sign-length coupling).
+        ``side_mass_ratio/<rule>`` = neg / pos of those sums (NaN when pos is 0): 1 for the balanced rules.
+        ``token_weight/<rule>/pos_long|pos_short``: the effective weight per token w_i |A_i| averaged
+        over correct (A > 0) responses longer than / at most the median length of the batch's correct
+        responses (NaN when a half is empty): seq-agg gives long correct responses less per token.
         ``dr-grpo`` is included only when ``max_length`` is given; ``token-agg-microbatch`` never (its
         weights belong to a micro-batch split, not to the batch).
     Undefined statistics (no mixed group, empty batch) are NaN.
@@ -339,6 +343,9 @@ def length_diagnostics(
         "len_gap": len_neg_mean - len_pos_mean,
         "mixed_group_frac": float(mixed_group.double().mean()),
     }
+    pos_lengths = lengths64[positive]
+    pos_long = positive & (lengths64 > pos_lengths.median()) if pos_lengths.numel() else positive
+    pos_short = positive & ~pos_long
     for rule in rules if rules is not None else RULES:
         rule = canonical_rule(rule)
         if (rule == "dr-grpo" and max_length is None) or rule in MICRO_BATCH_RULES:
@@ -349,4 +356,9 @@ def length_diagnostics(
         carried = weights * lengths64 * advantages64.abs()
         stats[f"side_weight/{rule}/pos"] = float(carried[positive].sum())
         stats[f"side_weight/{rule}/neg"] = float(carried[negative].sum())
+        pos_mass = stats[f"side_weight/{rule}/pos"]
+        stats[f"side_mass_ratio/{rule}"] = stats[f"side_weight/{rule}/neg"] / pos_mass if pos_mass > 0 else nan
+        per_token = weights * advantages64.abs()
+        stats[f"token_weight/{rule}/pos_long"] = mean_of(per_token[pos_long])
+        stats[f"token_weight/{rule}/pos_short"] = mean_of(per_token[pos_short])
     return stats

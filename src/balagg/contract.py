@@ -77,6 +77,7 @@ TRAIN_LOCK_FILE = "train.lock"
 VERIFIER_COUNTS_FILE = "verifier.json"
 STOPPED_FILE = "stopped.json"
 DISTRIBUTED_FILE = "distributed.json"
+CONTEXT_FILE = "context.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 
 # files of one evaluated step (eval/step-NNNNNN/)
@@ -355,6 +356,7 @@ class EvalDefaults:
     seed: int = 0
     batch_size: int = 64
     code_timeout_s: float = VerifierDefaults.code_timeout_s
+    jobs: str = "checkpoint"  # one generation and one scoring job per checkpoint, or per cell ("cell")
 
 
 @dataclass(frozen=True)

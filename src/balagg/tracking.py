@@ -146,6 +146,20 @@ def supersede(client, run_ids: list[str], new_run_id: str) -> None:
 
 ANALYSIS_RUN_NAME = "analysis"
 
+EXPERIMENT_TAGS = {
+    # MLflow 3's UI picks an experiment's view from this tag (mlflow/server/js: ExperimentKind);
+    # "custom_model_development" is model training: `mlflow ui` opens on the runs and their charts,
+    # not on the GenAI traces overview.
+    "mlflow.experimentKind": "custom_model_development",
+    "mlflow.note.content": (
+        "One run per grid cell, named model/dataset/aggregator/seedN and tagged model, dataset, aggregator, "
+        "seed: filter with e.g. `tags.aggregator = 'balanced-agg'`, group the chart view by the aggregator "
+        "tag to compare the aggregators' curves (train metrics per step, eval/<benchmark>/acc_at_8 per "
+        "checkpoint). The run named analysis holds Table 1, Figures 1-3 and the diagnosis."
+    ),
+}
+"""Tags set on every campaign's experiment (at creation and again on every setup)."""
+
 
 def _connect(uri: str):
     """mlflow with ``uri`` set, or None (with a warning) when an HTTP server does not answer."""
@@ -209,11 +223,15 @@ def setup_experiment(uri: str, experiment: str, artifact_location: str | None = 
                     if found is None:
                         location = Path(artifact_location).resolve().as_uri() if artifact_location else None
                         try:
-                            mlflow.create_experiment(experiment, artifact_location=location)
+                            mlflow.create_experiment(experiment, artifact_location=location, tags=EXPERIMENT_TAGS)
                         except Exception:  # created meanwhile by a process that does not take the lock
                             if mlflow.get_experiment_by_name(experiment) is None:
                                 raise
                         found = mlflow.get_experiment_by_name(experiment)
+                    client = mlflow.MlflowClient()
+                    for key, value in EXPERIMENT_TAGS.items():  # an experiment made before these tags existed
+                        if found.tags.get(key) != value:
+                            client.set_experiment_tag(found.experiment_id, key, value)
                 return {"experiment": experiment, "experiment_id": found.experiment_id,
                         "artifact_location": found.artifact_location, "attempts": attempt}
             except Exception as error:  # noqa: BLE001 - retried, then reported
@@ -224,6 +242,14 @@ def setup_experiment(uri: str, experiment: str, artifact_location: str | None = 
                 time.sleep(0.5 * attempt)
 
     return _best_effort("setup", uri, action)
+
+
+def cell_run_tags(cell: str, model: str, dataset: str, aggregator: str, seed: int, config_hash: str,
+                  git_commit: str | None, **extra: str) -> dict[str, str]:
+    """Tags of a cell's run (its name is ``cell``, model/dataset/aggregator/seedN): what the UI filters
+    and groups by (``tags.aggregator = 'seq-agg'``); the training run and a late-made run share them."""
+    return {"cell": cell, "model": model, "dataset": dataset, "aggregator": aggregator, "seed": str(seed),
+            "config_hash": config_hash, "git_commit": str(git_commit), **extra}
 
 
 def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
@@ -240,9 +266,8 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
     runs = [run for run in runs if SUPERSEDED_TAG not in run.data.tags]
     if runs:
         return runs[0].info.run_id
-    tags = {"cell": manifest["cell"], "model": manifest["model"], "dataset": manifest["dataset"],
-            "aggregator": manifest["aggregator"], "seed": str(manifest["seed"]),
-            "config_hash": manifest["config_hash"], "git_commit": str(manifest.get("git_commit"))}
+    tags = cell_run_tags(manifest["cell"], manifest["model"], manifest["dataset"], manifest["aggregator"],
+                         manifest["seed"], manifest["config_hash"], manifest.get("git_commit"))
     with mlflow.start_run(run_name=manifest["cell"], tags=tags) as run:
         return run.info.run_id
 

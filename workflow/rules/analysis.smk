@@ -28,6 +28,8 @@ rule table1:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/table1.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/table1.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/table1.py",
         paper=lambda wildcards, input: f"--paper-values {input.paper}" if input.paper else "",
@@ -48,6 +50,8 @@ rule figure1:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/figure1.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/figure1.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure1.py",
     shell:
@@ -67,6 +71,8 @@ rule figure2:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/figure2.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/figure2.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure2.py",
         model=f"--model {ANALYSIS['figure2_model']}" if ANALYSIS["figure2_model"] else "",
@@ -89,6 +95,8 @@ rule figure3:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/figure3.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/figure3.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure3.py",
         smoothing=ANALYSIS["smoothing"],
@@ -110,6 +118,8 @@ rule diagnosis:
         "../../envs/cpu.yaml"
     log:
         "results/{campaign}/logs/analysis/diagnosis.log",
+    benchmark:
+        "results/{campaign}/benchmarks/analysis/diagnosis.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/diagnosis.py",
         cv=ANALYSIS["cv_threshold"],
@@ -118,3 +128,45 @@ rule diagnosis:
         "python {params.script} --campaign-dir results/{wildcards.campaign} "
         "--out results/{wildcards.campaign}/analysis --cells {input.curves} {input.manifests} "
         "--cv-threshold {params.cv} --gap-threshold {params.gap} > {log} 2>&1"
+
+
+rule comparison:
+    """comparison.md: paired test over problems and seeds of every difference between two aggregators."""
+    input:
+        curves=analysis_curves,
+    output:
+        md=report("results/{campaign}/analysis/comparison.md", caption=f"{ANALYSIS_REPORT}/comparison.rst",
+                  category="Diagnosis"),
+        csv="results/{campaign}/analysis/comparison.csv",
+    conda:
+        "../../envs/cpu.yaml"
+    log:
+        "results/{campaign}/logs/analysis/comparison.log",
+    params:
+        script=f"{ANALYSIS_SCRIPTS}/comparison.py",
+    shell:
+        "python {params.script} --campaign-dir results/{wildcards.campaign} "
+        "--out results/{wildcards.campaign}/analysis --cells {input.curves} > {log} 2>&1"
+
+
+rule mechanism:
+    """Mechanism figure: side shares of the update mass and long/short per-token weights over training."""
+    input:
+        curves=analysis_curves,
+        manifests=analysis_manifests,
+    output:
+        png=report("results/{campaign}/analysis/mechanism.png", caption=f"{ANALYSIS_REPORT}/mechanism.rst",
+                   category="Figures"),
+        pdf="results/{campaign}/analysis/mechanism.pdf",
+        csv="results/{campaign}/analysis/mechanism.csv",
+    conda:
+        "../../envs/cpu.yaml"
+    log:
+        "results/{campaign}/logs/analysis/mechanism.log",
+    params:
+        script=f"{ANALYSIS_SCRIPTS}/mechanism.py",
+        smoothing=ANALYSIS["smoothing"],
+    shell:
+        "python {params.script} --campaign-dir results/{wildcards.campaign} "
+        "--out results/{wildcards.campaign}/analysis --cells {input.curves} {input.manifests} "
+        "--smoothing {params.smoothing} > {log} 2>&1"

@@ -6,6 +6,7 @@ the grid (every checkpoint step) up front.
 
 import importlib.util
 import os
+import re
 import shlex
 import sys
 from functools import cache, lru_cache
@@ -33,6 +34,10 @@ EVAL_STEP = os.path.join(EVAL_RUN, contract.eval_step_relpath("{step}"))
 INITIAL = contract.INITIAL_RUN
 BENCH_DATA = os.path.join(RESULTS, contract.data_file("bench", "{name}"))
 CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"  # relative to a cell folder
+RUN_PATTERN = r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
+EVAL_JOBS = config["eval"]["jobs"]
+# eval.jobs: cell -- the per-checkpoint rules evaluate only the initial model; cells have their own rules.
+PER_CHECKPOINT_RUNS = INITIAL if EVAL_JOBS == "cell" else RUN_PATTERN
 BENCHMARKS = list(config["benchmarks"])
 TINYWORLD = "tinyworld"
 RESOURCE_DEFAULTS = {"gpus": 0, "cpus": 1, "mem_mb": 4000, "runtime": 60}
@@ -144,7 +149,32 @@ def checkpoint_path(wildcards):
         if int(wildcards.step) != 0:
             raise ValueError(f"the initial model has only step 0, not {wildcards.step}")
         return model_source(wildcards.model)
-    return os.path.join(EVAL_RUN.format(**wildcards), contract.checkpoint_relpath(wildcards.step))
+    return cell_checkpoint(EVAL_RUN.format(**wildcards), wildcards.step)
+
+
+def cell_checkpoint(cell_dir, tag):
+    """The trainer's weights-only checkpoint of step `tag` (six digits) in a cell folder."""
+    return os.path.join(cell_dir, contract.checkpoint_relpath(tag))
+
+
+def cell_eval_groups():
+    """eval.jobs: cell -- models grouped by their checkpoint steps after 0 (one rule per group, since a
+    rule's outputs cannot depend on its wildcards); step 0 is the initial model's, evaluated per model."""
+    groups = {}
+    for model in config["models"]:
+        groups.setdefault(tuple(s for s in checkpoint_steps(model) if s > 0), []).append(model)
+    return list(groups.items())
+
+
+def cell_step_pairs(option, make_input):
+    """eval.jobs: cell -- `--{option} INPUT --out STEP_DIR` for every step folder among a rule's outputs."""
+
+    def pairs(wildcards, output):
+        cell = CELL.format(**wildcards)
+        step_dirs = list(dict.fromkeys(os.path.dirname(path) for path in output))
+        return " ".join(f"--{option} {make_input(cell, d)} --out {d}" for d in step_dirs)
+
+    return pairs
 
 
 def tracking_uri():
@@ -229,6 +259,12 @@ def tinyworld_size(wildcards):
 
 PROMPT_KEYS = ("math_template", "code_template", "answer_format", "enable_thinking", "max_position_embeddings")
 """Model keys that shape the evaluation's prompts and context exactly as the training's (cell_config)."""
+
+
+def tinyworld_regime_arg(wildcards):
+    """`--regime NAME` for a tiny model with a laboratory length regime (docs/laboratory.md), else nothing."""
+    regime = config["models"][wildcards.model].get("tinyworld_regime")
+    return f"--regime {regime}" if regime else ""
 
 
 def prompt_args(wildcards):
@@ -339,4 +375,6 @@ def analysis_targets():
         *(f"{folder}/figure{n}.{ext}" for n in (1, 2, 3) for ext in ("png", "pdf")),
         f"{folder}/diagnosis.md",
         f"{folder}/diagnosis.csv",
+        *(f"{folder}/comparison.{ext}" for ext in ("md", "csv")),
+        *(f"{folder}/mechanism.{ext}" for ext in ("png", "pdf", "csv")),
     ]

@@ -13,6 +13,8 @@ rule tinyworld_data:
         bench_problems=config["tinyworld"]["bench_problems"],
     log:
         f"{RESULTS}/logs/tinyworld_data.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tinyworld_data.tsv"
     conda:
         "../../envs/cpu.yaml"
     shell:
@@ -32,6 +34,7 @@ rule tinyworld_model:
         size=tinyworld_size,
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
+        regime=tinyworld_regime_arg,
     log:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
     benchmark:
@@ -40,7 +43,7 @@ rule tinyworld_model:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg tinyworld model --size {params.size} --raw {params.raw} --seed {params.seed}"
-        " --sft-steps {params.sft_steps} --out {params.out} > {log} 2>&1"
+        " --sft-steps {params.sft_steps} {params.regime} --out {params.out} > {log} 2>&1"
 
 
 rule prepare_data:
@@ -56,6 +59,8 @@ rule prepare_data:
         on_bad_row=config["data"]["on_bad_row"],
     log:
         f"{RESULTS}/logs/prepare_data/{{kind}}-{{name}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_data/{{kind}}-{{name}}.tsv"
     conda:
         "../../envs/cpu.yaml"
     shell:
@@ -73,6 +78,8 @@ rule tinyworld_card:
         f"{RESULTS}/data/card.json",
     log:
         f"{RESULTS}/logs/tinyworld_card.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tinyworld_card.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"

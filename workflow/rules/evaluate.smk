@@ -2,12 +2,17 @@
 # scoring is a separate CPU job so it can rerun when the verifier changes; collect_curve gathers a cell.
 # Step 0 is the initial model, the same for every cell of a model: it is evaluated once, under
 # results/{campaign}/{model}/initial/, and shared by those cells' curves.
+# `eval.jobs: cell` (the embedded default) makes one generation and one scoring job per cell for all its
+# checkpoints instead (the same commands, given several checkpoint/output pairs): fewer processes where
+# start-up dominates; the paper grid keeps one job per checkpoint, which run in parallel on a cluster.
 
 rule generate:
     """n samples per problem of every benchmark from one checkpoint."""
     input:
         weights=generate_weights_inputs,
         benchmarks=expand(BENCH_DATA, name=BENCHMARKS),
+    wildcard_constraints:
+        run=PER_CHECKPOINT_RUNS,
     output:
         f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
     params:
@@ -39,6 +44,8 @@ rule score:
     input:
         generations=f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
         benchmarks=expand(BENCH_DATA, name=BENCHMARKS),
+    wildcard_constraints:
+        run=PER_CHECKPOINT_RUNS,
     output:
         scores=f"{EVAL_STEP}/{contract.SCORES_FILE}",
         summary=f"{EVAL_STEP}/{contract.SUMMARY_FILE}",
@@ -48,6 +55,8 @@ rule score:
         out=output_dir,
     log:
         f"{EVAL_RUN}/logs/score-{{step}}.log",
+    benchmark:
+        f"{EVAL_RUN}/benchmarks/score-{{step}}.tsv"
     threads: 1
     conda:
         "../../envs/cpu.yaml"
@@ -65,8 +74,75 @@ rule collect_curve:
         f"{CELL}/{CURVE}",
     log:
         f"{CELL}/logs/collect_curve.log",
+    benchmark:
+        f"{CELL}/benchmarks/collect_curve.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg curve --out {output} {input} > {log} 2>&1"
+
+
+if EVAL_JOBS == "cell":
+    for _index, (_steps, _models) in enumerate(cell_eval_groups()):
+        _name = "" if _index == 0 else f"_{_index + 1}"
+        _step_dirs = [f"{CELL}/eval/step-{step_tag(step)}" for step in _steps]
+
+        rule:
+            """n samples per problem of every benchmark from every checkpoint of one cell, in one process."""
+            name:
+                f"generate_cell{_name}"
+            input:
+                manifest=f"{CELL}/manifest.json",
+                benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
+            output:
+                [f"{d}/generations.jsonl" for d in _step_dirs],
+            wildcard_constraints:
+                model="|".join(re.escape(m) for m in _models),
+            params:
+                pairs=cell_step_pairs("checkpoint", lambda cell, step_dir: cell_checkpoint(cell, step_dir.rsplit("step-", 1)[1])),
+                bench_dir=bench_dir,
+                benchmarks=",".join(BENCHMARKS),
+                sampling=generation_args(),
+                prompt=prompt_args,
+            log:
+                f"{CELL}/logs/generate.log",
+            benchmark:
+                f"{CELL}/benchmarks/generate_cell.tsv"
+            threads: 1
+            resources:
+                gpu=model_resource("generate_resources", "gpus"),
+                cpus_per_task=model_resource("generate_resources", "cpus"),
+                mem_mb=model_resource("generate_resources", "mem_mb"),
+                runtime=model_resource("generate_resources", "runtime"),
+            conda:
+                "../../envs/gpu.yaml"
+            shell:
+                "python -m balagg generate {params.pairs} --benchmarks-dir {params.bench_dir}"
+                " --benchmarks {params.benchmarks} {params.sampling} {params.prompt} > {log} 2>&1"
+
+        rule:
+            """Scores and summaries of every checkpoint of one cell, in one process."""
+            name:
+                f"score_cell{_name}"
+            input:
+                generations=[f"{d}/generations.jsonl" for d in _step_dirs],
+                benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
+            output:
+                [f"{d}/{name}" for d in _step_dirs for name in ("scores.jsonl", "summary.json")],
+            wildcard_constraints:
+                model="|".join(re.escape(m) for m in _models),
+            params:
+                pairs=cell_step_pairs("generations", lambda cell, step_dir: f"{step_dir}/generations.jsonl"),
+                bench_dir=bench_dir,
+                code_timeout=config["eval"]["code_timeout_s"],
+            log:
+                f"{CELL}/logs/score.log",
+            benchmark:
+                f"{CELL}/benchmarks/score_cell.tsv"
+            threads: 1
+            conda:
+                "../../envs/cpu.yaml"
+            shell:
+                "python -m balagg score {params.pairs} --benchmarks-dir {params.bench_dir}"
+                " --code-timeout {params.code_timeout} --workers {threads} > {log} 2>&1"

@@ -12,6 +12,8 @@ rule mlflow_setup:
         artifacts=f"--artifact-location {RESULTS}/mlartifacts" if tracking_uri().startswith("sqlite:") else "",
     log:
         f"{RESULTS}/logs/mlflow_setup.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/mlflow_setup.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"
@@ -29,6 +31,8 @@ rule mlflow_log_eval:
         f"{CELL}/{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}",
     log:
         f"{CELL}/logs/mlflow_log_eval.log",
+    benchmark:
+        f"{CELL}/benchmarks/mlflow_log_eval.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"
@@ -47,6 +51,8 @@ rule mlflow_log_analysis:
         experiment=CAMPAIGN,
     log:
         f"{RESULTS}/logs/mlflow_log_analysis.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/mlflow_log_analysis.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"

@@ -17,8 +17,9 @@ ours:
 
 Measured values: per cell the mean over logged steps of ``train/metrics.jsonl``, then the mean over all
 cells of the setting (every aggregator and seed). "Did better": the higher six-benchmark mean Acc@8 of
-Table 1, on peak and on last step; "mixed" when the two disagree. Writes ``diagnosis.md`` and
-``diagnosis.csv``.
+Table 1, on peak and on last step; "mixed" when the two disagree. Whether the last-step difference
+(token-agg - seq-agg) is larger than its error: the paired test over problems and seeds of
+balagg.analysis.comparison. Writes ``diagnosis.md`` and ``diagnosis.csv``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pandas as pd
 
 from balagg import contract
 from balagg.analysis import MEAN, peak_and_last
+from balagg.analysis.comparison import comparison_table, pair_result
 from balagg.analysis.summarise import ACC, last_column, peak_column
 from balagg.analysis.campaign import Campaign
 
@@ -94,6 +96,7 @@ def diagnose(campaign: Campaign, cv_threshold: float = contract.ANALYSIS.cv_thre
     """One row per (model, dataset): length statistics, prediction, outcome and whether they agree."""
     stats = length_stats(campaign)
     table = peak_and_last(campaign, (MEAN,))
+    comparison = comparison_table(campaign)
     rows = []
     for model, dataset in campaign.settings():
         mine = stats[(stats.model == model) & (stats.dataset == dataset) & (stats.aggregator == "all")]
@@ -105,8 +108,11 @@ def diagnose(campaign: Campaign, cv_threshold: float = contract.ANALYSIS.cv_thre
             agrees = "yes" if prediction == result["outcome"] else "no"
         else:
             agrees = "n/a"
+        tested = pair_result(comparison, model, dataset, TOKEN, SEQ, "last")
         rows.append({"model": model, "dataset": dataset, "len_cv": cv, "len_gap": gap, "rel_gap": rel,
-                     "predicted": prediction, "reason": reason, **result, "agrees": agrees})
+                     "predicted": prediction, "reason": reason, **result, "agrees": agrees,
+                     "last_diff": tested["diff"], "last_diff_se": tested["se"], "last_diff_p": tested["p"],
+                     "beyond_error": tested["beyond_error"], "tested": tested["verdict"]})
     return pd.DataFrame(rows)
 
 
@@ -125,17 +131,18 @@ def to_markdown(diagnosis: pd.DataFrame, stats: pd.DataFrame, campaign: Campaign
              "under-weights long responses); otherwise no prediction. Statistics: mean over logged steps "
              "per cell, then over all cells of the setting.", "",
              "| Model | Dataset | Length CV | Gap (tokens) | Relative gap | Predicted | Peak: better | "
-             "Last: better | Did better | Agrees |",
-             "|---|---|---:|---:|---:|---|---|---|---|---|"]
+             "Last: better | Did better | Agrees | Last: token − seq ± SE (p) | Beyond error |",
+             "|---|---|---:|---:|---:|---|---|---|---|---|---:|---|"]
     for r in diagnosis.itertuples(index=False):
         lines.append(f"| {r.model} | {r.dataset} | {_fmt(r.len_cv, '.3f')} | {_fmt(r.len_gap, '.1f')} | "
                      f"{_fmt(r.rel_gap, '.3f')} | {r.predicted} | {r.peak_winner} | {r.last_winner} | "
-                     f"{r.outcome} | {r.agrees} |")
+                     f"{r.outcome} | {r.agrees} | {_fmt(r.last_diff, '+.4f')} ± {_fmt(r.last_diff_se)} "
+                     f"({_fmt(r.last_diff_p, '.3f')}) | {'yes' if r.beyond_error else 'no'} |")
     lines += ["", "Reasons and numbers:", ""]
     for r in diagnosis.itertuples(index=False):
         lines.append(f"- {r.model} / {r.dataset}: predicted {r.predicted}: {r.reason}. Acc@8 peak token-agg "
                      f"{_fmt(r.token_peak)} vs seq-agg {_fmt(r.seq_peak)}; last token-agg {_fmt(r.token_last)} "
-                     f"vs seq-agg {_fmt(r.seq_last)}.")
+                     f"vs seq-agg {_fmt(r.seq_last)}; paired test at the last step: {r.tested}.")
     lines += ["", "## Per aggregator", "",
               "| Model | Dataset | Aggregator | Length CV | Gap (tokens) | Mean length | Relative gap | Cells |",
               "|---|---|---|---:|---:|---:|---:|---:|"]

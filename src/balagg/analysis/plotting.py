@@ -16,7 +16,7 @@ from matplotlib.axes import Axes  # noqa: E402
 
 from balagg.analysis.summarise import smooth  # noqa: E402
 
-__all__ = ["aggregator_colors", "plot_training_lines", "smoothing_phrase", "mark_missing"]
+__all__ = ["aggregator_colors", "aggregator_styles", "plot_training_lines", "smoothing_phrase", "mark_missing"]
 
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
 
@@ -24,6 +24,17 @@ _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#
 def aggregator_colors(aggregators: tuple[str, ...]) -> dict[str, str]:
     """A fixed colour per aggregator, by its position in the campaign's aggregator order."""
     return {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(aggregators)}
+
+
+_LINESTYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
+
+
+def aggregator_styles(aggregators: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """A distinct line style and marker per aggregator (by position), so lines that coincide stay
+    distinguishable: a solid line under a dashed one shows through its gaps."""
+    return {name: {"linestyle": _LINESTYLES[i % len(_LINESTYLES)], "marker": _MARKERS[i % len(_MARKERS)]}
+            for i, name in enumerate(aggregators)}
 
 
 def smoothing_phrase(window: int) -> str:
@@ -39,7 +50,7 @@ def plot_training_lines(ax: Axes, curves: pd.DataFrame, aggregators: tuple[str, 
     """Draw one line per aggregator of ``curves`` (columns ``aggregator, step, mean``), smoothed over
     ``window`` points with the raw line faint behind when ``window`` > 1. Returns the aggregators
     that have no data in ``curves``."""
-    missing = []
+    missing, styles = [], aggregator_styles(aggregators)
     for aggregator in aggregators:
         frame = curves[curves.aggregator == aggregator].sort_values("step")
         if frame.empty:
@@ -49,7 +60,8 @@ def plot_training_lines(ax: Axes, curves: pd.DataFrame, aggregators: tuple[str, 
             ax.plot(frame.step, frame["mean"], color=colors[aggregator], alpha=0.25, linewidth=0.8,
                     label=f"_{aggregator} raw", gid="raw")
         ax.plot(frame.step, smooth(frame["mean"], window), color=colors[aggregator], linewidth=1.6,
-                label=aggregator, gid="smoothed")
+                linestyle=styles[aggregator]["linestyle"], marker=styles[aggregator]["marker"],
+                markevery=max(1, len(frame) // 8), markersize=4, label=aggregator, gid="smoothed")
     return missing
 
 

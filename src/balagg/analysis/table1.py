@@ -26,6 +26,7 @@ import pandas as pd
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.campaign import METRICS
 from balagg.analysis.summarise import last_column, peak_column
+from balagg.analysis.errors import add_standard_errors
 from balagg.analysis.campaign import Campaign
 
 # best@8: any of the 8 samples correct; best@8 (bootstrap): verl's best@8/mean, which the paper most
@@ -85,7 +86,7 @@ def build_table(campaign: Campaign, paper: pd.DataFrame | None = None) -> pd.Dat
     and last step are computed by :func:`~balagg.analysis.summarise.peak_and_last_of_group`), with ``paper_<metric>``,
     ``paper_<metric>_source`` and ``diff_<metric>`` (ours - paper) beside each metric when ``paper`` is
     given (NaN where the paper has no value)."""
-    table = peak_and_last(campaign, (MEAN,)).drop(columns="benchmark")
+    table = add_standard_errors(peak_and_last(campaign, (MEAN,)).drop(columns="benchmark"), campaign)
     if paper is None:
         return table
     published = paper.assign(key=_keys(paper))
@@ -113,6 +114,9 @@ def _cell_text(row: pd.Series, metric: str, bold: bool, latex: bool) -> str:
     spread = row.get(f"{metric}_std")
     if spread is not None and not (isinstance(spread, float) and math.isnan(spread)):
         text += (r" $\pm$ " if latex else " ± ") + f"{spread:.{DIGITS}f}"
+    error = row.get(f"{metric}_se")
+    if error is not None and not (isinstance(error, float) and math.isnan(error)):
+        text += f" (SE {error:.{DIGITS}f})"
     if bold:
         text = rf"\textbf{{{text}}}" if latex else f"**{text}**"
     return text
@@ -128,7 +132,8 @@ def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFram
     bold, notes = best_mask(table), _notes(table)
     lines = [f"# Table 1: {campaign_name}", "",
              "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
-             "last: final step. Mean ± sample std over seeds where there are several. "
+             "last: final step. Mean ± sample std over seeds where there are several; (SE): standard error over "
+             "problems at that step (balagg.analysis.errors; the peak's is not corrected for choosing the maximum). "
              f"Bold: best per (dataset, model). {GAP}: no honest value (see notes).", "",
              "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
              "|---|---|---|" + "---:|" * len(VALUE_COLUMNS) + "---:|"]

@@ -60,6 +60,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--card-problems", type=_positive, default=64, help="problems per training set in the card")
     model.add_argument("--card-samples", type=_positive, default=8, help="samples per problem in the card")
     model.add_argument("--max-new-tokens", type=_positive, default=96)
+    model.add_argument("--regime", default=None,
+                       help="laboratory length regime of the warm start (balagg.tinyworld.regimes; default: the "
+                            "embedded default's mix)")
     model.set_defaults(func=run_model)
 
     hub = actions.add_parser("hub-cache", help="tiny stand-ins for a config's hub models and datasets, in a hub cache")
@@ -95,7 +98,7 @@ def run_model(args: argparse.Namespace) -> int:
     if args.size not in SIZES:
         raise ValueError(f"unknown tiny model size {args.size!r}; choose one of {', '.join(SIZES)}")
     card = build_warm_model(args.size, args.raw, args.out, seed=args.seed,
-                            config=WarmStartConfig(steps=args.sft_steps, seed=args.seed),
+                            config=WarmStartConfig(steps=args.sft_steps, seed=args.seed, regime=args.regime),
                             card_problems=args.card_problems, samples_per_problem=args.card_samples,
                             max_new_tokens=args.max_new_tokens)
     print(summary_line(args.size, card))

@@ -247,6 +247,7 @@ class WarmStartExample:
     completion: str
     source: str  # a TRAIN_TASKS key or "code"
     correct: bool
+    ends: bool = True  # the completion ends with EOS (False: it runs past the length limit, a loop)
 
 
 def warm_start_examples(seed: int, n: int, code_share: float = 0.1) -> list[WarmStartExample]:

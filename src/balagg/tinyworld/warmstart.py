@@ -48,6 +48,7 @@ class WarmStartConfig:
     grad_clip: float = 1.0
     code_share: float = 0.1
     seed: int = 0
+    regime: str | None = None  # a balagg.tinyworld.regimes name: its examples replace the default mix
 
     def __post_init__(self):
         if self.steps < 1 or self.batch_size < 1:
@@ -66,12 +67,17 @@ def _lr_factor(step: int, config: WarmStartConfig) -> float:
 def _batches(config: WarmStartConfig, tokenizer) -> list[list[tuple[list[int], list[int]]]]:
     """``config.steps`` batches of (prompt ids, completion ids + EOS); code and math batches apart."""
     n = config.steps * config.batch_size
-    examples = warm_start_examples(config.seed, n + 2 * config.batch_size, code_share=config.code_share)
+    if config.regime is not None:
+        from balagg.tinyworld.regimes import get_regime, regime_examples
+
+        examples = regime_examples(get_regime(config.regime), config.seed, n + 2 * config.batch_size)
+    else:
+        examples = warm_start_examples(config.seed, n + 2 * config.batch_size, code_share=config.code_share)
     eos = tokenizer.eos_token_id
     pools: dict[bool, list] = {True: [], False: []}
     for example in examples:
         prompt = tokenizer(contract.render_prompt(PROMPT_TEMPLATE, problem=example.prompt), add_special_tokens=False)["input_ids"]
-        completion = tokenizer(example.completion, add_special_tokens=False)["input_ids"] + [eos]
+        completion = tokenizer(example.completion, add_special_tokens=False)["input_ids"] + [eos] * example.ends
         pools[example.source == "code"].append((prompt, completion))
     batches = []
     for pool in pools.values():
@@ -226,6 +232,7 @@ def step0_statistics(samples: list[dict], answers: list[str], samples_per_proble
         "len_pos_mean": diag["len_pos_mean"],
         "len_neg_mean": diag["len_neg_mean"],
         "mixed_group_frac": diag["mixed_group_frac"],
+        "side_mass_ratio_token_agg": side_mass_ratio(diag, "token-agg"),
         "truncation_rate": sum(s["truncated"] for s in samples) / len(samples),
     }
     stats["wrong_longer"] = bool(wrong and right and stats["len_wrong_mean"] > stats["len_right_mean"])
@@ -234,6 +241,14 @@ def step0_statistics(samples: list[dict], answers: list[str], samples_per_proble
         and stats["len_cv"] >= REGIME["len_cv_min"]
     )
     return stats
+
+
+def side_mass_ratio(diagnostics: dict, rule: str) -> float:
+    """Negative over positive side mass (sum of w_i |A_i| |o_i|) of ``rule`` in a
+    :func:`balagg.aggregation.length_diagnostics` dict; NaN when the positive side is empty."""
+    pos = diagnostics.get(f"side_weight/{rule}/pos", math.nan)
+    neg = diagnostics.get(f"side_weight/{rule}/neg", math.nan)
+    return neg / pos if pos > 0 else math.nan
 
 
 def read_training_problems(raw_dir, name: str, limit: int) -> tuple[list[str], list[str]]:
@@ -260,7 +275,8 @@ def summary_line(model_name: str, card: dict) -> str:
     """The card in one log line."""
     parts = [
         f"{name} acc {s['accuracy']:.3f} len_cv {s['len_cv']:.3f} len right/wrong "
-        f"{s['len_right_mean']:.1f}/{s['len_wrong_mean']:.1f}"
+        f"{s['len_right_mean']:.1f}/{s['len_wrong_mean']:.1f} token-agg side mass neg/pos "
+        f"{s.get('side_mass_ratio_token_agg', math.nan):.2f}"
         for name, s in card["datasets"].items()
     ]
     return f"tinyworld {model_name} step 0: " + " | ".join(parts) + f" | regime met: {card['regime']['met']}"
@@ -311,6 +327,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
         "shape": size_summary(size),
         "parameters": sum(p.numel() for p in model.parameters()),
         "seed": seed,
+        "length_regime": config.regime,
         "data_seed": manifest.get("seed"),
         "raw_manifest_sha256": hashlib.sha256(manifest_path.read_bytes()).hexdigest(),
         "prompt_template": PROMPT_TEMPLATE,

@@ -26,7 +26,7 @@ from typing import Any
 
 from balagg import contract
 from balagg.context import prepare_model
-from balagg.tracking import Tracker
+from balagg.tracking import Tracker, cell_run_tags
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
@@ -115,8 +115,7 @@ def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path,
             _detach_log_file(handler)
 
 
-def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, step: int,
-                       context: dict[str, Any]) -> dict[str, Any]:
+def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, step: int) -> dict[str, Any]:
     """The manifest of a cell whose last resumable checkpoint is its last step: nothing is trained."""
     log.info("cell %s: already trained to step %d; writing its manifest only", cell.output_name, step)
     run_id = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
@@ -128,15 +127,20 @@ def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path,
         verifier = json.loads(cell_dir.verifier.read_text())
     except (OSError, ValueError):
         verifier = {"spec": cell.verifier, "timeouts": None, "errors": None}
-    try:  # what the training attempt really ran (nothing is launched here)
-        distributed = json.loads((cell_dir.root / contract.DISTRIBUTED_FILE).read_text())
-    except (OSError, ValueError):
-        distributed = None
+    # what the training attempts recorded (nothing is loaded or launched here)
+    context, distributed = (_read_record(cell_dir.root / name) for name in (contract.CONTEXT_FILE, contract.DISTRIBUTED_FILE))
     return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
 
 
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _write_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, verifier: dict[str, Any],
-                    run_id: str | None, context: dict[str, Any], distributed: dict[str, Any] | None) -> dict[str, Any]:
+                    run_id: str | None, context: dict[str, Any] | None, distributed: dict[str, Any] | None) -> dict[str, Any]:
     metrics = read_metrics(cell_dir.metrics)
     manifest = {
         "cell": cell.output_name,
@@ -179,9 +183,6 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     if not torch.cuda.is_available():
         torch.set_num_threads(cell.torch_threads)
 
-    # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
-    model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
-                                        cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
     resume = cell_dir.latest_resumable()
     main_process = _main_process()
     if main_process:
@@ -195,8 +196,12 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         if main_process:
             truncate_metrics(cell_dir.metrics, step)
         if step >= cell.total_steps:
-            return _finished_manifest(cell, cell_dir, manifest_path, step, context) if main_process else {}
+            return _finished_manifest(cell, cell_dir, manifest_path, step) if main_process else {}
         log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
+
+    # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
+    model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
+                                        cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
 
     tokenizer = contract.load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
@@ -241,9 +246,8 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     if trainer.is_world_process_zero():
         run_id = tracker.start(
             experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,
-            tags={"cell": cell.output_name, "model": cell.model_name, "dataset": cell.dataset_name, "aggregator": cell.aggregator,
-                  "scope": cell.scope, "seed": str(cell.seed), "config_hash": cell.config_hash(),
-                  "git_commit": str(git_commit())},
+            tags=cell_run_tags(cell.output_name, cell.model_name, cell.dataset_name, cell.aggregator, cell.seed,
+                               cell.config_hash(), git_commit(), scope=cell.scope),
             params=cell.to_dict(),
         )
         if run_id is not None and run_id != stored_run:
@@ -271,5 +275,6 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         return {}
     verifier = {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors}
     write_json(cell_dir.verifier, verifier)
+    write_json(cell_dir.root / contract.CONTEXT_FILE, context)
     write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
     return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)

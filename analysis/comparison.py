@@ -1,0 +1,27 @@
+"""comparison.md / comparison.csv: is each difference between two aggregators larger than its error?
+
+    python analysis/comparison.py --campaign-dir results/X --out results/X/analysis
+
+For every (model, dataset) setting and pair of aggregators, the paired test over (seed, benchmark,
+problem) units of balagg.analysis.comparison at the final step and over the mean of trained
+checkpoints, with the difference, its standard error, p, the minimum detectable difference and a
+verdict. Needs each checkpoint's scores.jsonl; comparisons without them are "not testable".
+"""
+
+from __future__ import annotations
+
+from balagg.analysis.comparison import comparison_table, to_markdown
+from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
+
+
+def main() -> int:
+    args = base_parser(__doc__).parse_args()
+    campaign = campaign_from_args(args)
+    table = comparison_table(campaign)
+    write_text(args.out / "comparison.csv", table.to_csv(index=False))
+    write_text(args.out / "comparison.md", to_markdown(table, campaign.name))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main_wrapper(main))

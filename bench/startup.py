@@ -1,0 +1,121 @@
+"""Start-up cost of each ``python -m balagg`` subcommand: wall and CPU seconds from process start to
+its first useful line of work, and which heavy packages are loaded by then.
+
+    python bench/startup.py [--repeat 3]
+
+"First useful work" is the first time the command opens its main input (an audit hook on ``open``
+and ``sqlite3.connect``): the model weights for generate, the training set for train, the generations
+for score, and so on; the command is stopped there. Each command runs on a small real fixture built
+here (tiny-world data, an untrained tiny model), so the figures are what every workflow job of that
+rule pays before it works. The median of ``--repeat`` runs is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "trl", "accelerate", "mlflow", "sklearn", "pandas", "matplotlib", "vllm")
+
+PROBE = r"""
+import atexit, os, resource, runpy, sys, time
+marker, args = sys.argv[1], sys.argv[2:]
+def report():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & set(os.environ["BENCH_HEAVY"].split(",")))
+    os.write(2, ("\nSTARTUP %.4f %.4f %s\n" % (time.time(), usage.ru_utime + usage.ru_stime, ",".join(heavy))).encode())
+    os._exit(0)
+def hook(event, hook_args):
+    if event == "sqlite3.connect" and marker == "sqlite":
+        report()
+    if event == "open" and isinstance(hook_args[0], str) and marker != "sqlite" and hook_args[0].endswith(marker):
+        report()
+sys.addaudithook(hook)
+atexit.register(report)  # no marker met (or none given): the whole run, --help's SystemExit included
+sys.argv = ["balagg", *args]
+runpy.run_module("balagg", run_name="__main__")
+"""
+
+
+def balagg(root: Path, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "balagg", *args], cwd=root, check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+
+def fixture(root: Path) -> None:
+    """Tiny-world data, one prepared benchmark and training set, an untrained tiny model, its generations."""
+    balagg(root, "tinyworld", "data", "--out", "raw", "--train-problems", "16", "--bench-problems", "2")
+    balagg(root, "prepare-data", "--benchmark", "math500", "--source", "raw/math500", "--out", "bench/math500.jsonl")
+    balagg(root, "prepare-data", "--dataset", "dapo-math-17k", "--source", "raw/dapo-math-17k", "--out", "train.jsonl")
+    subprocess.run([sys.executable, "-c", "from balagg.tinyworld.model import build_model, build_tokenizer, save_checkpoint;"
+                    "t = build_tokenizer(); save_checkpoint(build_model('tiny-s', t, seed=0), t, 'model')"],
+                   cwd=root, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    balagg(root, "generate", "--checkpoint", "model", "--out", "eval/step-000000", "--benchmarks-dir", "bench",
+           "--benchmarks", "math500", "--n", "2", "--max-tokens", "8", "--prompt-style", "plain")
+    balagg(root, "score", "--generations", "eval/step-000000/generations.jsonl", "--out", "eval/step-000000",
+           "--benchmarks-dir", "bench", "--workers", "1")
+    cell = {"model": "model", "train_files": ["train.jsonl"], "aggregator": "balanced-agg", "seed": 0,
+            "use_chat_template": False, "prompt_template": "{problem}", "num_generations": 2, "prompts_per_step": 2,
+            "mini_batches": 1, "micro_batch_size": 4, "max_prompt_length": 64, "max_completion_length": 8,
+            "total_steps": 1, "save_every": 1, "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}"}
+    (root / "cell.json").write_text(json.dumps(cell))
+    (root / "campaign/analysis").mkdir(parents=True)
+    (root / "campaign/analysis/table1.md").write_text("| model | acc |\n|---|---|\n")
+
+
+# (label, first-work marker: a path suffix or "sqlite", arguments)
+COMMANDS = [
+    ("--help", "-", ["--help"]),
+    ("weights", "-", ["weights", "--rewards", "1,0,0", "--lengths", "10,20,30"]),
+    ("tinyworld data", "manifest.json", ["tinyworld", "data", "--out", "raw2", "--train-problems", "8", "--bench-problems", "1"]),
+    ("tinyworld model", "raw/manifest.json", ["tinyworld", "model", "--size", "tiny-s", "--raw", "raw", "--out", "m2"]),
+    ("prepare-data", "dapo-math-17k.parquet", ["prepare-data", "--dataset", "dapo-math-17k", "--source", "raw/dapo-math-17k", "--out", "t2.jsonl"]),
+    ("train", "model.safetensors", ["train", "--cell", "cell.json", "--workdir", "w", "--out", "w/manifest.json"]),
+    ("generate", "model.safetensors", ["generate", "--checkpoint", "model", "--out", "g", "--benchmarks-dir", "bench",
+                                       "--benchmarks", "math500", "--n", "2", "--max-tokens", "8", "--prompt-style", "plain"]),
+    ("score", "generations.jsonl", ["score", "--generations", "eval/step-000000/generations.jsonl", "--out", "s/step-000000",
+                                    "--benchmarks-dir", "bench", "--workers", "1"]),
+    ("curve", "summary.json", ["curve", "--out", "curve.csv", "eval/step-000000/summary.json"]),
+    ("track setup", "sqlite", ["track", "setup", "--tracking-uri", "sqlite:///{root}/t.db", "--experiment", "e", "--out", "e.json"]),
+    ("summary", "table1.md", ["summary", "--campaign-dir", "campaign"]),
+]
+
+
+def measure(root: Path, marker: str, args: list[str]) -> tuple[float, float, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "BENCH_HEAVY": ",".join(HEAVY)}
+    start = time.time()
+    result = subprocess.run([sys.executable, "-c", PROBE, marker, *[a.format(root=root) for a in args]],
+                            cwd=root, capture_output=True, text=True, env=env)
+    line = next((l for l in result.stderr.splitlines() if l.startswith("STARTUP ")), None)
+    if line is None:
+        raise RuntimeError(f"{args[0]}: no start-up line (exit {result.returncode}): {result.stderr[-800:]}")
+    _, stamp, cpu, *heavy = line.split(" ")
+    return float(stamp) - start, float(cpu), heavy[0] if heavy else ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="balagg-startup-") as tmp:
+        root = Path(tmp)
+        fixture(root)
+        print(f"load average {os.getloadavg()[0]:.1f}; median of {args.repeat} runs")
+        print(f"{'command':<16} {'wall s':>7} {'cpu s':>7}  heavy packages loaded before the first work")
+        for label, marker, command in COMMANDS:
+            runs = [measure(root, marker, command) for _ in range(args.repeat)]
+            wall = statistics.median(r[0] for r in runs)
+            cpu = statistics.median(r[1] for r in runs)
+            print(f"{label:<16} {wall:>7.2f} {cpu:>7.2f}  {runs[-1][2] or '-'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""``python -m balagg summary``: what a finished campaign gives a person to look at.
+
+Prints Table 1 (the markdown the workflow wrote), the paths of Figures 1-3, the diagnosis and the HTML
+report, and the command that opens MLflow on the campaign's experiment. ``make demo`` ends on it.
+Reads only files: results/{campaign}/analysis/, results/{campaign}/report.html and the experiment
+record of the mlflow_setup rule (results/{campaign}/mlflow/experiment.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("summary", help="print Table 1, the figures' and report's paths and the MLflow command",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--campaign-dir", type=Path, required=True, help="results/{campaign}")
+    parser.set_defaults(func=run)
+
+
+def mlflow_command(experiment_record: dict) -> str:
+    """The shell command that opens the campaign's experiment in MLflow's UI."""
+    uri, experiment_id = experiment_record.get("tracking_uri", ""), experiment_record.get("experiment_id")
+    page = f"#/experiments/{experiment_id}" if experiment_id is not None else ""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri.rstrip('/')}/{page}"
+    executable = Path(sys.executable).with_name("mlflow")
+    mlflow = str(executable) if executable.is_file() else "mlflow"
+    return f"{shlex.quote(mlflow)} ui --backend-store-uri {shlex.quote(uri)}   # then open http://127.0.0.1:5000/{page}"
+
+
+def summary_text(campaign_dir: Path) -> str:
+    analysis = campaign_dir / "analysis"
+    table = analysis / "table1.md"
+    if not table.is_file():
+        raise ValueError(f"{table} not found: the campaign's analysis has not run (snakemake first)")
+    lines = [f"Table 1 ({table}):", "", table.read_text().rstrip(), ""]
+    for label, path in [*((f"Figure {n}", analysis / f"figure{n}.png") for n in (1, 2, 3)),
+                        ("Diagnosis", analysis / "diagnosis.md"), ("Report", campaign_dir / "report.html")]:
+        lines.append(f"{label + ':':<11} {path}" + ("" if path.is_file() else "   (missing)"))
+    record_path = campaign_dir / "mlflow" / "experiment.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    if record.get("status") == "ok":
+        lines.append(f"{'MLflow:':<11} {mlflow_command(record)}")
+    else:
+        lines.append(f"{'MLflow:':<11} not set up ({record_path}: {record.get('reason', 'missing')})")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    print(summary_text(args.campaign_dir))
+    return 0

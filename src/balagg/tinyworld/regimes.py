@@ -1,0 +1,189 @@
+"""Length regimes of the laboratory (docs/laboratory.md): where right and wrong answers differ in length.
+
+A regime decides the worked solutions a tiny model is warm-started on, hence how its sampled right and
+wrong answers differ in length, *in tokens* (the tokenizer is character level: a step ``7-1=6. `` is
+:data:`STEP_TOKENS` tokens, an inverse check ``6+1=7. `` as many, ``\\boxed{6}`` 9, plus EOS). Each
+regime puts the length where the policy cannot drop it without changing whether it is right:
+
+- ``wrong-long``: on chains of two or more steps a wrong answer gets stuck on its first step: it writes
+  it (with a near-miss error) and repeats it until the length limit (``loop_tokens``; no box, no EOS,
+  so a sampled loop is truncated). The loop starts at a fixed place (after the first step) so that the
+  verifier, which reads the last equation of an unboxed answer, sees an intermediate value, almost
+  never the final answer; a loop after the *last* step would be credited whenever that step is right
+  (the first version of this regime looped after the erroneous step and measured a side-mass ratio of
+  1.03 at step 0 for that reason, docs/laboratory.md). One-step chains fail by a near-miss error.
+  Right answers are the plain chain. Negative side much longer.
+- ``right-long``: every step is followed by its inverse check; a wrong answer is a *premature stop*: it
+  boxes the running value after j < n steps (necessarily shorter than the full chain). Positive side
+  much longer.
+- ``spread``: right and wrong answers alike repeat one step ``repeats`` times (uniform, independent of
+  correctness); wrong answers carry a near-miss error. A large within-side spread and no gap.
+
+The knobs (:class:`Regime`) are the share of flawed solutions, the wrong-answer style, the checks, the
+repeat range (spread in tokens: ``STEP_TOKENS`` per repeat) and the loop length in tokens;
+:func:`length_profile` measures the resulting warm-start lengths in tokens.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+
+from balagg.tinyworld.tasks import (
+    TRAIN_TASKS,
+    Chain,
+    WarmStartExample,
+    _box,
+    _propagate,
+    _step_text,
+)
+
+STEP_TOKENS = 7
+"""Tokens of one written step or check (``a±b=c.`` and the space), with single-digit values."""
+
+WRONG_STYLES = ("near-miss", "loop", "premature-stop")
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Warm-start knobs of one laboratory regime (module doc)."""
+
+    name: str
+    p_wrong: float  # share of flawed solutions in the warm-start data
+    wrong_style: str  # one of WRONG_STYLES
+    checks: bool = False  # an inverse check after every step (right and wrong answers alike)
+    repeats: tuple[int, int] = (0, 0)  # extra copies of one step, uniform in [lo, hi], both sides
+    loop_tokens: int = 120  # length of a looping wrong answer (> the sampling limit: it is truncated)
+
+    def __post_init__(self):
+        if self.wrong_style not in WRONG_STYLES:
+            raise ValueError(f"regime {self.name}: unknown wrong_style {self.wrong_style!r}; use one of {WRONG_STYLES}")
+        if not 0.0 <= self.p_wrong < 1.0:
+            raise ValueError(f"regime {self.name}: p_wrong must be in [0, 1), got {self.p_wrong}")
+        lo, hi = self.repeats
+        if not 0 <= lo <= hi:
+            raise ValueError(f"regime {self.name}: repeats must be 0 <= lo <= hi, got {self.repeats}")
+
+
+REGIMES: dict[str, Regime] = {
+    "wrong-long": Regime("wrong-long", p_wrong=0.4, wrong_style="loop"),
+    "right-long": Regime("right-long", p_wrong=0.5, wrong_style="premature-stop", checks=True),
+    "spread": Regime("spread", p_wrong=0.4, wrong_style="near-miss", repeats=(0, 8)),
+}
+
+
+def get_regime(name: str) -> Regime:
+    if name not in REGIMES:
+        raise ValueError(f"unknown tiny-world regime {name!r}; choose one of {', '.join(REGIMES)}")
+    return REGIMES[name]
+
+
+def _inverse(a: int, op: str, b: int, c: int) -> str:
+    """The check of step ``a op b = c``: ``c inv b = a`` (in 0..9 whenever a and c are)."""
+    return _step_text(c, "-" if op == "+" else "+", b, a)
+
+
+def _steps(chain: Chain, values: list[int], checks: bool) -> list[list[str]]:
+    """Written steps (each with its check when ``checks``), one list of pieces per step."""
+    pieces, value = [], chain.start
+    for (op, b), result in zip(chain.ops, values):
+        step = [_step_text(value, op, b, result)]
+        if checks:
+            step.append(_inverse(value, op, b, result))
+        pieces.append(step)
+        value = result
+    return pieces
+
+
+def _with_repeats(pieces: list[list[str]], rng: random.Random, repeats: tuple[int, int]) -> list[list[str]]:
+    copies = rng.randint(*repeats)
+    if copies and pieces:
+        k = rng.randrange(len(pieces))
+        pieces = pieces[:k + 1] + [pieces[k]] * copies + pieces[k + 1:]
+    return pieces
+
+
+def _join(pieces: list[list[str]], box: str | None) -> str:
+    return " ".join([p for step in pieces for p in step] + ([box] if box is not None else []))
+
+
+def _near_miss_values(chain: Chain, rng: random.Random) -> tuple[int, list[int]]:
+    """(index of the erroneous step, running values) of a near-miss error (tasks.flawed_solution's rule)."""
+    order = list(range(chain.n_steps))
+    rng.shuffle(order)
+    for j in order:
+        candidates = [v for v in range(10) if v != chain.values[j]]
+        rng.shuffle(candidates)
+        for wrong in candidates:
+            values = _propagate(chain, j, wrong)
+            if values is not None:
+                return j, values
+    raise ValueError(f"no in-range error for chain {chain.expression}")
+
+
+def right_solution(chain: Chain, regime: Regime, rng: random.Random) -> str:
+    pieces = _with_repeats(_steps(chain, chain.values, regime.checks), rng, regime.repeats)
+    return _join(pieces, _box(chain.answer))
+
+
+def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[str, bool]:
+    """A wrong solution and whether it ends (EOS); a loop does not end (it runs past the limit)."""
+    if regime.wrong_style == "premature-stop":
+        stops = [j for j in range(chain.n_steps) if (chain.values[j - 1] if j else chain.start) != chain.answer]
+        if stops:
+            j = rng.choice(stops)
+            pieces = _steps(chain, chain.values, regime.checks)[:j]
+            pieces = _with_repeats(pieces, rng, regime.repeats)
+            return _join(pieces, _box(chain.values[j - 1] if j else chain.start)), True
+        # every partial value equals the answer: fall back to a near-miss error (as long as a right one)
+    if regime.wrong_style == "loop" and chain.n_steps > 1:
+        wrong = rng.choice([v for v in range(10) if v not in (chain.values[0], chain.answer)])
+        pieces = _steps(Chain(chain.start, chain.ops[:1]), [wrong], regime.checks)
+        text = _join(pieces, None)
+        loop = " " + " ".join(pieces[0])
+        while len(text) < regime.loop_tokens:
+            text += loop
+        return text[:regime.loop_tokens], False
+    j, values = _near_miss_values(chain, rng)
+    pieces = _steps(chain, values, regime.checks)
+    return _join(_with_repeats(pieces, rng, regime.repeats), _box(values[-1])), True
+
+
+def regime_examples(regime: Regime, seed: int, n: int) -> list[WarmStartExample]:
+    """``n`` warm-start examples of ``regime`` on both training tasks' problems (their verbs and step
+    counts), flawed at ``regime.p_wrong``; no code problems. Deterministic in ``seed``."""
+    rng = random.Random(f"tinyworld-regime-{regime.name}-{seed}")
+    names = list(TRAIN_TASKS)
+    examples = []
+    for _ in range(n):
+        name = rng.choice(names)
+        task = TRAIN_TASKS[name]
+        chain = task.sample(rng)
+        if rng.random() < regime.p_wrong:
+            text, ends = wrong_solution(chain, regime, rng)
+            examples.append(WarmStartExample(task.problem(chain), text, name, False, ends=ends))
+        else:
+            examples.append(WarmStartExample(task.problem(chain), right_solution(chain, regime, rng), name, True))
+    return examples
+
+
+def length_profile(regime: Regime, seed: int = 0, n: int = 4000) -> dict[str, float]:
+    """Warm-start solution lengths in tokens (characters, plus EOS where the solution ends): mean and
+    population standard deviation of right and wrong solutions, and the share of wrong ones that loop."""
+    examples = regime_examples(regime, seed, n)
+
+    def tokens(example: WarmStartExample) -> int:
+        return len(example.completion) + int(example.ends)
+
+    right = [tokens(e) for e in examples if e.correct]
+    wrong = [tokens(e) for e in examples if not e.correct]
+    return {
+        "right_mean": statistics.fmean(right), "right_std": statistics.pstdev(right),
+        "wrong_mean": statistics.fmean(wrong), "wrong_std": statistics.pstdev(wrong),
+        "wrong_unended_share": sum(not e.ends for e in examples if not e.correct) / len(wrong),
+    }
+
+
+__all__ = ["REGIMES", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
+           "regime_examples", "right_solution", "wrong_solution"]

@@ -86,7 +86,7 @@ rule collect_curve:
 if EVAL_JOBS == "cell":
     for _index, (_steps, _models) in enumerate(cell_eval_groups()):
         _name = "" if _index == 0 else f"_{_index + 1}"
-        _step_dirs = [f"{CELL}/eval/step-{step_tag(step)}" for step in _steps]
+        _step_dirs = [os.path.join(CELL, contract.eval_step_relpath(step)) for step in _steps]
 
         rule:
             """n samples per problem of every benchmark from every checkpoint of one cell, in one process."""

@@ -66,6 +66,8 @@ def hf_home():
 
 
 USES_HUB = bool(hub_models() or hub_datasets())
+# the submit host's own setting, for the fetch rule (every other job runs with HF_HUB_OFFLINE=1)
+os.environ.setdefault("BALAGG_FETCH_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
 
 
 def job_environment():

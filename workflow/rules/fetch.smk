@@ -10,13 +10,13 @@ rule fetch:
     params:
         hf_home=hf_home(),
         repos=fetch_args(),
-        # the submit host's setting, not the jobs' HF_HUB_OFFLINE=1: fetch is what may download
-        offline=os.environ.get("HF_HUB_OFFLINE", "0"),
     log:
         f"{RESULTS}/logs/fetch.log",
     localrule: True
     conda:
         "../../envs/cpu.yaml"
     shell:
-        "HF_HUB_OFFLINE={params.offline} python -m balagg fetch --hf-home {params.hf_home:q} {params.repos}"
+        # the submit host's HF_HUB_OFFLINE (common.smk), not the jobs' 1: fetch is what may download. Read
+        # from the environment, not a param, so a change of it alone reruns nothing.
+        "HF_HUB_OFFLINE=$BALAGG_FETCH_OFFLINE python -m balagg fetch --hf-home {params.hf_home:q} {params.repos}"
         " --out {output} > {log} 2>&1"

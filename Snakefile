@@ -63,8 +63,8 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        cell_paths("eval/curve.csv"),
-        cell_paths("eval/mlflow.json"),
+        cell_paths(CURVE),
+        cell_paths(f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"),
         analysis_targets(),
         f"{RESULTS}/analysis/mlflow.json",
         f"{RESULTS}/report.html",

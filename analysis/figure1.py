@@ -1,103 +1,21 @@
-"""Figure 1: per benchmark, peak (solid) and last-step (dashed outline) Acc@8 of each aggregator.
+"""Figure 1: per benchmark, peak and last-step Acc@8 of each aggregator.
 
-    python analysis/figure1.py --campaign-dir results/X --out results/X/analysis
+    python analysis/figure1.py --campaign-dir results/X --out results/X/analysis  (--help: all options)
 
-Each bar is averaged over the campaign's training settings (model x dataset); peak and last step are
-taken per setting from the seed-mean curve of that benchmark (as in Table 1). A bar averaged over fewer
-settings than the campaign has carries a ``*`` and the caption names what is missing; a bar with no
-value is marked ``n/a``. Writes ``figure1.png`` and ``figure1.pdf``.
+Parses the arguments, calls :mod:`balagg.analysis.figure1` (where the computation and its
+contract live) and writes the files.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-from matplotlib.figure import Figure
-
-from balagg.analysis import peak_and_last
-from balagg.analysis.campaign import Campaign
+from balagg.analysis import figure1
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
-from balagg.analysis.plotting import aggregator_colors
-
-
-def figure_data(campaign: Campaign) -> pd.DataFrame:
-    """Per (benchmark, aggregator): mean over settings of peak and last-step Acc@8, and how many of the
-    campaign's settings each mean covers (``n_peak``, ``n_last`` of ``n_settings``)."""
-    per_setting = peak_and_last(campaign, campaign.benchmarks)
-    n_settings = len(campaign.settings())
-    rows = []
-    for benchmark in campaign.benchmarks:
-        for aggregator in campaign.aggregators:
-            mine = per_setting[(per_setting.benchmark == benchmark) & (per_setting.aggregator == aggregator)]
-            lacking = {kind: ", ".join(f"{m}/{d}" for m, d in zip(gaps.model, gaps.dataset))
-                       for kind, gaps in (("peak", mine[mine["peak_acc@8"].isna()]),
-                                          ("last", mine[mine["last_acc@8"].isna()]))}
-            rows.append({"benchmark": benchmark, "aggregator": aggregator,
-                         "peak": mine["peak_acc@8"].mean(), "last": mine["last_acc@8"].mean(),
-                         "n_peak": int(mine["peak_acc@8"].count()), "n_last": int(mine["last_acc@8"].count()),
-                         "n_settings": n_settings,
-                         "lacking_peak": lacking["peak"], "lacking_last": lacking["last"]})
-    return pd.DataFrame(rows)
-
-
-def caption(campaign: Campaign, incomplete: bool) -> str:
-    settings = ", ".join(f"{m} on {d}" for m, d in campaign.settings())
-    text = (f"Peak (solid) and last-step (dashed outline) Acc@8 per benchmark, averaged over "
-            f"{len(campaign.settings())} training setting(s): {settings}.")
-    if incomplete:
-        text += " *: averaged over fewer settings (a run failed or is missing); n/a: no value."
-    return text
-
-
-def gap_lines(data: pd.DataFrame) -> list[str]:
-    """One line per (aggregator, peak/last, lacking settings): which bars miss which settings."""
-    lines = []
-    for kind, label in (("peak", "peak"), ("last", "last-step")):
-        column = f"lacking_{kind}"
-        for (aggregator, lacking), rows in data[data[column] != ""].groupby(["aggregator", column], sort=False):
-            where = "all benchmarks" if len(rows) == data.benchmark.nunique() else ", ".join(rows.benchmark)
-            lines.append(f"{aggregator} {label} ({where}): no value from {lacking}")
-    return lines
-
-
-def make_figure(campaign: Campaign) -> Figure:
-    data = figure_data(campaign)
-    aggregators, benchmarks = campaign.aggregators, campaign.benchmarks
-    colors = aggregator_colors(aggregators)
-    width = 0.8 / (2 * len(aggregators))
-    x = np.arange(len(benchmarks))
-    figure = Figure(figsize=(max(6.0, 1.6 * len(benchmarks)), 4.2), layout="constrained")
-    ax = figure.add_subplot()
-    incomplete = False
-    for i, aggregator in enumerate(aggregators):
-        mine = data[data.aggregator == aggregator].set_index("benchmark").loc[list(benchmarks)]
-        peak_x = x - 0.4 + width * (2 * i + 0.5)
-        last_x = peak_x + width
-        ax.bar(peak_x, mine["peak"], width, color=colors[aggregator], label=f"{aggregator} peak")
-        ax.bar(last_x, mine["last"], width, fill=False, edgecolor=colors[aggregator], linestyle="--",
-               linewidth=1.2, label=f"{aggregator} last step")
-        for xs, column, count in ((peak_x, "peak", "n_peak"), (last_x, "last", "n_last")):
-            for xi, value, n, total in zip(xs, mine[column], mine[count], mine["n_settings"]):
-                if np.isnan(value):
-                    ax.text(xi, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=7, gid="gap")
-                    incomplete = True
-                elif n < total:
-                    ax.text(xi, value, "*", ha="center", va="bottom", fontsize=9, gid="gap")
-                    incomplete = True
-    ax.set_xticks(x, list(benchmarks))
-    ax.set_ylabel("Acc@8")
-    ax.set_xlabel("benchmark")
-    ax.set_title(f"Peak vs last-step Acc@8 ({campaign.name})")
-    ax.legend(ncols=len(aggregators), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    notes = "\n".join([caption(campaign, incomplete), *gap_lines(data)])
-    figure.text(0.01, -0.02, notes, fontsize=7, wrap=True, ha="left", va="top", gid="caption")
-    return figure
 
 
 def main() -> int:
-    args = base_parser(__doc__).parse_args()
+    args = base_parser(figure1.__doc__).parse_args()
     campaign = campaign_from_args(args)
-    save_figure(make_figure(campaign), args.out, "figure1")
+    save_figure(figure1.make_figure(campaign), args.out, "figure1")
     return 0
 
 

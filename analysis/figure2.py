@@ -1,62 +1,26 @@
-"""Figure 2: policy-gradient loss over training steps, one line per aggregator, one panel per dataset.
+"""Figure 2: policy-gradient loss over training steps, one panel per dataset.
 
-    python analysis/figure2.py --campaign-dir results/X --out results/X/analysis --model Qwen2.5-Math-7B
+    python analysis/figure2.py --campaign-dir results/X --out results/X/analysis  (--help: all options)
 
-For one model (``--model``; default the first of the campaign), the mean over seeds of ``pg_loss``
-from ``train/metrics.jsonl``, lightly smoothed (``--smoothing`` logged steps, centred moving average;
-stated in the caption) with the raw mean faint behind. Writes ``figure2.png`` and ``figure2.pdf``.
+Parses the arguments, calls :mod:`balagg.analysis.figure2` (where the computation and its
+contract live) and writes the files.
 """
 
 from __future__ import annotations
 
-from matplotlib.figure import Figure
-
-from balagg.analysis import train_curves
-from balagg.analysis.campaign import Campaign
+from balagg import contract
+from balagg.analysis import figure2
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
-from balagg.analysis.plotting import aggregator_colors, mark_missing, plot_training_lines, smoothing_phrase
-
-METRIC = "pg_loss"
-
-
-def chosen_model(campaign: Campaign, model: str | None) -> str:
-    if model is None:
-        return campaign.models[0]
-    if model not in campaign.models:
-        raise ValueError(f"model {model!r} is not in campaign {campaign.name} (models: {', '.join(campaign.models)})")
-    return model
-
-
-def caption(model: str, smoothing: int) -> str:
-    return f"Policy-gradient loss of {model} over training steps; lines: {smoothing_phrase(smoothing)}."
-
-
-def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = 5) -> Figure:
-    model = chosen_model(campaign, model)
-    curves = train_curves(campaign, METRIC, models=(model,))
-    colors = aggregator_colors(campaign.aggregators)
-    figure = Figure(figsize=(4.2 * len(campaign.datasets), 3.6), layout="constrained")
-    axes = figure.subplots(1, len(campaign.datasets), squeeze=False)[0]
-    for ax, dataset in zip(axes, campaign.datasets):
-        ax.axhline(0.0, color="grey", linewidth=0.6, gid="zero")
-        missing = plot_training_lines(ax, curves[curves.dataset == dataset], campaign.aggregators, colors, smoothing)
-        mark_missing(ax, missing)
-        ax.set_title(f"{model} on {dataset}")
-        ax.set_xlabel("training step")
-        ax.set_ylabel("policy-gradient loss")
-        ax.legend(fontsize=8)
-    figure.text(0.01, -0.02, caption(model, smoothing), fontsize=7, ha="left", va="top", gid="caption")
-    return figure
 
 
 def main() -> int:
-    parser = base_parser(__doc__)
+    parser = base_parser(figure2.__doc__)
     parser.add_argument("--model", default=None, help="the model whose runs are shown (default: the first)")
-    parser.add_argument("--smoothing", type=int, default=5,
-                        help="centred moving-average window in logged steps (1: none); default 5")
+    parser.add_argument("--smoothing", type=int, default=contract.ANALYSIS.smoothing,
+                        help="centred moving-average window in logged steps (1: none); default %(default)s")
     args = parser.parse_args()
     campaign = campaign_from_args(args)
-    save_figure(make_figure(campaign, args.model, args.smoothing), args.out, "figure2")
+    save_figure(figure2.make_figure(campaign, args.model, args.smoothing), args.out, "figure2")
     return 0
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from analysis_fixtures import load_script, train_metrics, write_cell  # noqa: E402
+from analysis_fixtures import train_metrics, write_cell  # noqa: E402
 
-from balagg.analysis import load_campaign  # noqa: E402
+from balagg.analysis import figure1, figure2, figure3, load_campaign, table1  # noqa: E402
 
 
 def build(root: Path, seeds: int, checkpoints: int, steps: int) -> int:
@@ -54,12 +54,10 @@ def main() -> None:
         campaign = load_campaign(root)
         timings["load_campaign"] = time.perf_counter() - start
         assert not campaign.problems, campaign.problem_report()
-        table1 = load_script("table1")
         start = time.perf_counter()
         table1.build_table(campaign)
         timings["table1.build_table"] = time.perf_counter() - start
-        for name in ("figure1", "figure2", "figure3"):
-            module = load_script(name)
+        for name, module in (("figure1", figure1), ("figure2", figure2), ("figure3", figure3)):
             start = time.perf_counter()
             module.make_figure(campaign).savefig(Path(folder) / f"{name}.png")
             timings[f"{name} (make + png)"] = time.perf_counter() - start

@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 import trl
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
-from balagg.tinyworld.model import load_tokenizer
+from balagg.contract import load_tokenizer
 from balagg.train.trainer import AggregatedGRPOTrainer
 model_dir, loss_type, rule, out = sys.argv[1:5]
 def parity(completions, **_):

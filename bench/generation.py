@@ -31,8 +31,9 @@ def main() -> None:
     import torch
 
     from balagg.data import read_jsonl, write_jsonl
-    from balagg.evaluation.generate import (GenerationConfig, generate, load_tokenizer, make_backend,
-                                            model_context_length, stop_token_ids)
+    from balagg.contract import load_tokenizer
+    from balagg.evaluation.generation.generate import generate, make_backend, model_context_length, stop_token_ids
+    from balagg.evaluation.generation.requests import GenerationConfig
     from tiny_checkpoint import build_checkpoint
 
     torch.set_num_threads(args.threads)

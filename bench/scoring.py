@@ -20,8 +20,8 @@ import statistics
 import time
 from pathlib import Path
 
-from balagg.evaluation.pool import VerifierPool
-from balagg.evaluation.sandbox import Sandbox, isolation_mode
+from balagg.evaluation.verify.pool import VerifierPool
+from balagg.evaluation.verify.sandbox import Sandbox, isolation_mode
 
 REGRESSION = Path(__file__).resolve().parent.parent / "tests" / "data" / "math_regression.jsonl"
 

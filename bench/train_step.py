@@ -31,7 +31,8 @@ from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from balagg.aggregation import DEFAULT_SCOPES  # noqa: E402
-from balagg.tinyworld.model import build_model, build_tokenizer, load_tokenizer  # noqa: E402
+from balagg.contract import load_tokenizer  # noqa: E402
+from balagg.tinyworld.model import build_model, build_tokenizer  # noqa: E402
 from balagg.train.trainer import AggregatedGRPOTrainer  # noqa: E402
 
 RULES = ("token-agg", "balanced-agg", "seq-agg")

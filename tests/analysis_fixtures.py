@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from balagg.contract import BENCHMARKS
+
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = ("math500", "aime24", "aime25", "olympiadbench", "minerva", "livecodebench")
 OFFSETS = (-0.05, -0.03, -0.01, 0.01, 0.03, 0.05)
 """Per-benchmark offsets around the six-benchmark mean; they sum to zero, so the mean is exact."""
-
-
-def load_script(name: str):
-    """Import ``analysis/<name>.py`` as a module (the scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(f"analysis_{name}", REPO / "analysis" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 BOOTSTRAP_GAP = 0.05
 """best@8 - best@8_bootstrap in the fixture cells."""

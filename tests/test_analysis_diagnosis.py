@@ -8,10 +8,8 @@ import sys
 
 import pytest
 
-from analysis_fixtures import REPO, load_script, make_campaign, train_metrics
-from balagg.analysis import load_campaign
-
-diagnosis = load_script("diagnosis")
+from analysis_fixtures import REPO, make_campaign, train_metrics
+from balagg.analysis import diagnosis, load_campaign
 
 
 @pytest.mark.parametrize("cv, rel_gap, expected", [

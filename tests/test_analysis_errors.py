@@ -8,7 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis_fixtures import BENCHMARKS, load_script, write_cell
+from analysis_fixtures import BENCHMARKS, write_cell
+from balagg.analysis import diagnosis as diagnosis_lib, table1
 
 from balagg.analysis import load_campaign
 from balagg.analysis.comparison import MDD_FACTOR, comparison_table, pair_result, paired_difference
@@ -82,13 +83,13 @@ def test_problem_scores_take_step0_from_the_initial_model(campaign):
 
 
 def test_table1_standard_errors_are_over_problems_at_the_value_step(campaign):
-    table = load_script("table1").build_table(campaign)
+    table = table1.build_table(campaign)
     seq = table[table.aggregator == "seq-agg"].iloc[0]
     # every benchmark holds BASE at step 10 for both seeds: SE = sqrt(B * var(BASE) / n) / B
     expected = math.sqrt(len(BENCHMARKS) * pd.Series(BASE).var(ddof=1) / PROBLEMS) / len(BENCHMARKS)
     assert seq["last_acc@8_se"] == pytest.approx(expected)
     assert seq["peak_acc@8_se"] == pytest.approx(expected)  # the peak is step 10 too
-    markdown = load_script("table1").to_markdown(table, "lab")
+    markdown = table1.to_markdown(table, "lab")
     assert f"(SE {expected:.4f})" in markdown
 
 
@@ -129,7 +130,7 @@ def test_a_difference_inside_the_noise_is_reported_as_such():
 
 
 def test_diagnosis_says_whether_token_minus_seq_is_beyond_error(campaign):
-    diagnosis = load_script("diagnosis").diagnose(campaign)
+    diagnosis = diagnosis_lib.diagnose(campaign)
     row = diagnosis.iloc[0]
     assert row.last_diff > 0 and row.beyond_error and row.tested == "token-agg > seq-agg"
 

@@ -8,11 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from analysis_fixtures import (AGGREGATORS, BENCHMARKS, REPO, STEPS, load_script, make_campaign, train_metrics,
-                               write_cell)
-from balagg.analysis import load_campaign
-
-figure1, figure2, figure3 = (load_script(name) for name in ("figure1", "figure2", "figure3"))
+from analysis_fixtures import AGGREGATORS, BENCHMARKS, REPO, STEPS, make_campaign, train_metrics, write_cell
+from balagg.analysis import figure1, figure2, figure3, load_campaign
 
 
 def lines(ax, gid: str) -> list:

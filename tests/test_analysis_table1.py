@@ -9,12 +9,11 @@ import sys
 import pandas as pd
 import pytest
 
-from balagg.analysis import load_campaign
+from balagg.analysis import load_campaign, table1
 
-from analysis_fixtures import (AGGREGATORS, BOOTSTRAP_GAP, DAPO, REPO, STEPS, load_script, make_campaign, train_metrics,
+from analysis_fixtures import (AGGREGATORS, BOOTSTRAP_GAP, DAPO, REPO, STEPS, make_campaign, train_metrics,
                                write_cell)
 
-table1 = load_script("table1")
 
 def row(table: pd.DataFrame, dataset: str, aggregator: str) -> pd.Series:
     return table[(table.dataset == dataset) & (table.aggregator == aggregator)].iloc[0]

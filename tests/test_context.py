@@ -113,7 +113,8 @@ def test_cell_override_sets_the_vllm_engine_length_and_is_checked(tmp_path):
 
 def test_evaluation_applies_the_same_override(tmp_path):
     from balagg.data import write_jsonl
-    from balagg.evaluation.generate import GenerationConfig, generate
+    from balagg.evaluation.generation.generate import generate
+    from balagg.evaluation.generation.requests import GenerationConfig
 
     source = build_checkpoint(tmp_path / "step-000000", max_positions=40, eos_bias=1.5)
     write_jsonl(tmp_path / "bench" / "math500.jsonl", [

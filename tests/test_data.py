@@ -17,7 +17,8 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from balagg.cli import main  # noqa: E402
-from balagg.data import BENCHMARKS, SOURCES, BadRowError, last_boxed, prepare, read_jsonl  # noqa: E402
+from balagg.contract import BENCHMARK_KINDS, BENCHMARKS, TRAINING_SETS  # noqa: E402
+from balagg.data import SOURCES, BadRowError, last_boxed, prepare, read_jsonl  # noqa: E402
 from balagg.data.livecodebench import decode_test_cases  # noqa: E402
 
 
@@ -48,11 +49,10 @@ MATH500_ROWS = [
 ]
 
 
-def test_registry_names_every_benchmark_of_the_file_contract():
-    assert set(BENCHMARKS) == {"math500", "aime24", "aime25", "olympiadbench", "minerva", "livecodebench"}
-    assert {"dapo-math-17k", "polaris-53k"} <= set(SOURCES)
-    assert SOURCES["livecodebench"].kind == "code"
-    assert all(SOURCES[b].kind == "math" for b in BENCHMARKS if b != "livecodebench")
+def test_registry_holds_the_contracts_benchmarks_and_training_sets_in_order():
+    assert tuple(name for name, s in SOURCES.items() if s.role == "benchmark") == BENCHMARKS
+    assert tuple(name for name, s in SOURCES.items() if s.role == "train") == TRAINING_SETS
+    assert {name: SOURCES[name].kind for name in BENCHMARKS} == BENCHMARK_KINDS
     assert SOURCES["olympiadbench"].subset == "OE_TO_maths_en_COMP"
 
 
@@ -258,7 +258,8 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
     bad = write_jsonl_rows(tmp_path / "m.jsonl", [{"problem": "p", "answer": "1"}, {"answer": "2"}])
-    assert main(["prepare-data", "--benchmark", "math500", "--source", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert main(["prepare-data", "--benchmark", "math500", "--source", str(bad), "--out", str(tmp_path / "o"),
+                 "--on-bad-row", "fail"]) == 2
     assert "math500-0001: missing field 'problem' or 'question'" in capsys.readouterr().err
     assert main(["prepare-data", "--list"]) == 0
     assert "Hothan/OlympiadBench [OE_TO_maths_en_COMP]" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""``balagg.evaluation.generate`` with the transformers backend on a tiny random checkpoint (CPU)."""
+"""``balagg.evaluation.generation.generate`` with the transformers backend on a tiny random checkpoint (CPU)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ torch.set_num_threads(1)
 
 from balagg.cli import main  # noqa: E402
 from balagg.data import read_jsonl, write_jsonl  # noqa: E402
-from balagg.evaluation.generate import (  # noqa: E402
-    Completion, GenerationConfig, Request, finish, generate, load_tokenizer, prompt_ids, sample_seed,
-    stop_token_ids, user_message)
-from balagg.evaluation.generate_hf import SeededSampler  # noqa: E402
+from balagg.contract import load_tokenizer  # noqa: E402
+from balagg.evaluation.generation.generate import (  # noqa: E402
+    finish, generate, prompt_ids, sample_seed, stop_token_ids, user_message)
+from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request  # noqa: E402
+from balagg.evaluation.generation.transformers_backend import SeededSampler  # noqa: E402
 from tiny_checkpoint import build_checkpoint  # noqa: E402
 
 LINE_KEYS = {"benchmark", "problem_id", "sample", "seed", "text", "finish_reason", "num_tokens"}

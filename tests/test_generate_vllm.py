@@ -2,7 +2,7 @@
 
 Skipped where vllm is not installed (the main environment); ``.ci/vllm-cpu-tests`` builds that
 environment and runs these. One engine serves all tests (module fixture), as one serves all
-benchmarks in a real run. Engine settings follow shared/notes/vllm-cpu.md (eager, small KV cache).
+benchmarks in a real run. Engine settings are the small-machine ones (eager, a 128 MiB KV cache).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import torch  # noqa: E402
 
 from balagg.cli import main  # noqa: E402
 from balagg.data import read_jsonl, write_jsonl  # noqa: E402
-from balagg.evaluation.generate import GenerationConfig, generate, sample_seed, stop_token_ids, load_tokenizer  # noqa: E402
+from balagg.contract import load_tokenizer  # noqa: E402
+from balagg.evaluation.generation.generate import generate, sample_seed, stop_token_ids  # noqa: E402
+from balagg.evaluation.generation.requests import GenerationConfig  # noqa: E402
 from test_generate import CODE, LINE_KEYS, MATH  # noqa: E402
 from tiny_checkpoint import build_checkpoint  # noqa: E402
 
@@ -42,8 +44,8 @@ def bench_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(checkpoint):
-    from balagg.evaluation.generate import model_context_length
-    from balagg.evaluation.generate_vllm import VLLMBackend
+    from balagg.evaluation.generation.generate import model_context_length
+    from balagg.evaluation.generation.vllm_backend import VLLMBackend
 
     config = GenerationConfig(**ENGINE)
     tokenizer = load_tokenizer(checkpoint)

@@ -96,7 +96,8 @@ def test_fetch_offline_names_a_missing_repository(cache_env, tmp_path, capsys):
 
 def test_step0_generation_takes_a_hub_id(cache_env, tmp_path):
     """Issue 10.2: generate() wanted a local folder; a hub id now resolves to its cached snapshot."""
-    from balagg.evaluation.generate import GenerationConfig, generate
+    from balagg.evaluation.generation.generate import generate
+    from balagg.evaluation.generation.requests import GenerationConfig
 
     write_jsonl(tmp_path / "bench" / "math500.jsonl",
                 [{"id": "math500-0", "benchmark": "math500", "kind": "math", "problem": "1+1?", "answer": "2"}])
@@ -109,7 +110,7 @@ def test_step0_generation_takes_a_hub_id(cache_env, tmp_path):
 
 
 def test_a_hub_id_missing_from_the_cache_says_to_fetch(cache_env, tmp_path):
-    from balagg.evaluation.generate import generate
+    from balagg.evaluation.generation.generate import generate
 
     with pytest.raises(ValueError, match=r"Qwen/Qwen2.5-Math-7B is not in the hub cache .* balagg fetch"):
         generate("Qwen/Qwen2.5-Math-7B", tmp_path, ["math500"], tmp_path / "out")

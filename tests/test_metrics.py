@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from balagg.evaluation.metrics import benchmark_metrics, pass_at_k
+from balagg.evaluation.scoring.metrics import benchmark_metrics, pass_at_k
 
 
 @given(st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
@@ -87,7 +87,7 @@ def verl_best_at_n_mean(problems, seed=42, n_bootstrap=1000):
 def test_bootstrap_best_equals_verls_arithmetic_exactly():
     import numpy as np
 
-    from balagg.evaluation.metrics import bootstrap_best_at_n
+    from balagg.evaluation.scoring.metrics import bootstrap_best_at_n
 
     rng = np.random.default_rng(7)
     problems = [list(row) for row in rng.integers(0, 2, size=(12, 8)) * (rng.random((12, 1)) < 0.7)]
@@ -100,7 +100,7 @@ def test_bootstrap_best_equals_verls_arithmetic_exactly():
 
 
 def test_bootstrap_best_hand_values():
-    from balagg.evaluation.metrics import bootstrap_best_at_n
+    from balagg.evaluation.scoring.metrics import bootstrap_best_at_n
 
     # all correct / none correct: every resample says so
     assert benchmark_metrics([[1] * 8, [0] * 8])["best_bootstrap"] == 0.5

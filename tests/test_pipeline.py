@@ -12,10 +12,9 @@ import math
 
 import pytest
 
-from analysis_fixtures import load_script
 from test_workflow import REPO, WORKFLOW_FILES, snakemake
 
-from balagg.analysis import load_campaign
+from balagg.analysis import figure2, figure3, load_campaign
 
 pytestmark = pytest.mark.slow
 AGGREGATORS = ["balanced-agg", "seq-agg", "token-agg"]
@@ -71,12 +70,12 @@ def test_table1_has_one_finite_row_per_aggregator(smoke):
 
 def test_figures_have_one_series_per_aggregator(smoke):
     campaign = load_campaign(smoke / "results/smoke")
-    figure2 = load_script("figure2").make_figure(campaign, smoothing=1)
+    figure2 = figure2.make_figure(campaign, smoothing=1)
     (panel,) = figure2.axes
     smoothed = [line for line in panel.get_lines() if line.get_gid() == "smoothed"]
     assert sorted(line.get_label() for line in smoothed) == AGGREGATORS
     assert all(len(line.get_xdata()) == 4 for line in smoothed)
-    figure3 = load_script("figure3").make_figure(campaign)
+    figure3 = figure3.make_figure(campaign)
     for axis in figure3.axes:
         assert len([line for line in axis.get_lines() if line.get_gid() == "smoothed"]) == 3
     for name in ("figure1", "figure2", "figure3"):

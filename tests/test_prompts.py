@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from balagg.evaluation.generate import GenerationConfig
-from balagg.evaluation.generate import prompt_ids as evaluation_prompt_ids
-from balagg.prompts import (
-    BOXED_TEMPLATE, DAPO_TEMPLATE, PromptFormat, answer_for_verifier, fill_template, prompt_ids, trl_prompt,
-)
+from balagg.contract import DAPO_TEMPLATE, MATH_TEMPLATE, render_prompt
+from balagg.evaluation.generation.generate import prompt_ids as evaluation_prompt_ids
+from balagg.evaluation.generation.requests import GenerationConfig
+from balagg.prompts import PromptFormat, answer_for_verifier, prompt_ids, trl_prompt
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.train.data import build_prompts
 
@@ -90,11 +89,11 @@ def test_enable_thinking_reaches_both_stages(tmp_path, tokenizer):
 
 
 def test_templates_are_filled_literally_so_latex_braces_need_no_escaping():
-    assert fill_template(BOXED_TEMPLATE, problem="2+{x}") == (
+    assert render_prompt(MATH_TEMPLATE, problem="2+{x}") == (
         "2+{x}\nPlease reason step by step, and put your final answer within \\boxed{}.")
-    assert fill_template("{problem}: {code_instructions}", problem="p", code_instructions="c") == "p: c"
-    with pytest.raises(ValueError, match="must contain {problem}"):
-        fill_template("no placeholder", problem="p")
+    assert render_prompt("{problem}: {code_instructions}", problem="p", code_instructions="c") == "p: c"
+    with pytest.raises(ValueError, match="must contain the placeholder"):
+        CellConfig(model="m", train_files=["t.jsonl"], aggregator="seq-agg", seed=0, prompt_template="no placeholder")
     assert trl_prompt("t", PromptFormat(chat=True, system_prompt="s")) == [
         {"role": "system", "content": "s"}, {"role": "user", "content": "t"}]
 
@@ -112,7 +111,7 @@ def test_answer_line_extraction_reads_what_the_dapo_instruction_asks_for():
 
 
 def test_reward_and_scoring_agree_on_the_answer_line(tmp_path):
-    from balagg.evaluation.score import ScoreConfig, score
+    from balagg.evaluation.scoring.score import ScoreConfig, score
     from balagg.rewards import MathReward
 
     texts = ["work\nAnswer: 34", "\\boxed{34}", "<think>Answer: 34", "<think>hm</think>Answer: 35"]

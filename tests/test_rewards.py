@@ -70,7 +70,7 @@ def test_missing_verifier_fails_at_construction():
 
 def test_default_verifier_is_the_evaluations_verify_math():
     pytest.importorskip("math_verify")
-    reward = make_reward(verifier="balagg.evaluation.math:verify_math", answer_format="boxed", timeout_s=10.0)
+    reward = make_reward(verifier="balagg.evaluation.verify.math_verifier:verify_math", answer_format="boxed", timeout_s=10.0)
     try:
         texts = ["so it is \\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "\\boxed{2}", "no box at all: 1/3"]
         assert reward.correctness([message(t) for t in texts], [["\\frac{1}{2}"]] * 3 + [["5"]]) == [

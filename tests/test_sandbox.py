@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from balagg.evaluation.sandbox import Sandbox, SandboxLimits, extract_code, isolation_mode, outputs_match
+from balagg.evaluation.verify.sandbox import Sandbox, SandboxLimits, extract_code, isolation_mode, outputs_match
 
 pytestmark = pytest.mark.skipif(isolation_mode() != "namespaces", reason="needs root and unshare")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from balagg.cli import main
-from balagg.evaluation.pool import VerifierPool
-from balagg.evaluation.sandbox import isolation_mode
-from balagg.evaluation.score import ScoreConfig, score
+from balagg.evaluation.verify.pool import VerifierPool
+from balagg.evaluation.verify.sandbox import isolation_mode
+from balagg.evaluation.scoring.score import ScoreConfig, score
 
 sys.path.insert(0, str(Path(__file__).parent))  # scoring_stubs, for the pool's worker processes
 

@@ -17,9 +17,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from balagg.data.fields import last_boxed  # noqa: E402
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX  # noqa: E402
 from balagg.tinyworld.model import ALPHABET  # noqa: E402
-from balagg.tinyworld.raw import BENCHMARKS, LAYOUT, TRAIN_SETS, read_rows, write_raw  # noqa: E402
+from balagg.contract import BENCHMARKS, TRAINING_SETS as TRAIN_SETS  # noqa: E402
+from balagg.tinyworld.raw import LAYOUT, read_rows, write_raw  # noqa: E402
 
-# Columns of the real datasets (evaluation.md §3-4 and the hub cards), in the order the hub shows them.
+# Columns of the real datasets (their hub cards), in the order the hub shows them.
 REAL_COLUMNS = {
     "dapo-math-17k": ["data_source", "prompt", "ability", "reward_model", "extra_info"],
     "polaris-53k": ["problem", "answer", "difficulty"],
@@ -182,7 +183,7 @@ def test_livecodebench_gold_programs_pass_the_evaluation_sandbox(raw, tmp_path):
     """The synthetic code benchmark, read by the real loader and graded by the real sandbox: each gold
     program (as a model would write it, in a fenced block) passes all its tests; an off-by-one fails."""
     from balagg.data import prepare
-    from balagg.evaluation.sandbox import Sandbox, SandboxLimits, extract_code, isolation_mode
+    from balagg.evaluation.verify.sandbox import Sandbox, SandboxLimits, extract_code, isolation_mode
     from balagg.tinyworld.tasks import CodeProblem
 
     if isolation_mode() != "namespaces":

@@ -1,9 +1,10 @@
-"""One prompt rendering and one answer extraction for training and evaluation.
+"""One prompt wrapping and one answer extraction for training and evaluation.
 
 A problem becomes model input in two steps, the same in both stages:
 
-1. :func:`fill_template`: the user turn, ``template`` with ``{problem}`` (and, for code, other named
-   fields) replaced literally -- no ``str.format``, so LaTeX braces such as ``\\boxed{}`` need no escaping;
+1. :func:`balagg.contract.render_prompt`: the user turn, ``template`` with ``{problem}`` (and, for code,
+   other named fields) replaced literally in one pass -- no ``str.format``, so LaTeX braces such as
+   ``\\boxed{}`` need no escaping (the templates: ``balagg.contract.MATH_TEMPLATE``, ``DAPO_TEMPLATE``);
 2. :class:`PromptFormat` decides the wrapping: the tokenizer's chat template (one user message, an
    optional system message, ``add_generation_prompt=True`` and ``chat_template_kwargs()``, e.g. Qwen3's
    ``enable_thinking``) or the plain text.
@@ -26,20 +27,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from balagg.evaluation.math import strip_reasoning
+from balagg import contract
+from balagg.evaluation.verify.math_verifier import strip_reasoning
 
 ANSWER_FORMATS = ("boxed", "answer-line")
-
-BOXED_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}."
-"""Qwen2.5-Math's "boxed" user turn: answer in ``\\boxed{}`` (answer_format ``boxed``)."""
-
-DAPO_TEMPLATE = (
-    "Solve the following math problem step by step. The last line of your response should be of the form "
-    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
-    'Remember to put your answer on its own line after "Answer:".'
-)
-"""DAPO-Math-17k's own user turn (its ``prompt`` column, verbatim around the problem): answer_format
-``answer-line``."""
+"""``boxed`` (contract.MATH_TEMPLATE asks for ``\\boxed{}``) or ``answer-line`` (contract.DAPO_TEMPLATE
+asks for a last ``Answer: ...`` line)."""
 
 _ANSWER_LINE = re.compile(r"^\s*\**\s*answer\s*\**\s*:\s*\**\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 
@@ -58,17 +51,7 @@ class PromptFormat:
         return {"enable_thinking": self.enable_thinking} if self.chat and self.enable_thinking is not None else {}
 
     def messages(self, text: str) -> list[dict[str, str]]:
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*system, {"role": "user", "content": text}]
-
-
-def fill_template(template: str, **fields: str) -> str:
-    """``template`` with every ``{name}`` of ``fields`` replaced literally; ``{problem}`` is required."""
-    if "{problem}" not in template:
-        raise ValueError(f"prompt template must contain {{problem}}: {template!r}")
-    for name, value in fields.items():
-        template = template.replace("{" + name + "}", value)
-    return template
+        return contract.chat_messages(text, self.system_prompt)
 
 
 def trl_prompt(text: str, fmt: PromptFormat) -> Any:

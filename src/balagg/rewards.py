@@ -11,8 +11,8 @@ with DAPO's soft overlong punishment: for L_max = max completion length and buff
 
 (0 up to L_max - L_buf, falling linearly to -factor at L_max).
 
-The verifier is ``balagg.evaluation.math.verify_math`` -- the very function the evaluation scores with --
-run through the evaluation's :class:`~balagg.evaluation.pool.VerifierPool`: worker processes with a hard
+The verifier is ``balagg.evaluation.verify.math_verifier.verify_math`` -- the very function the evaluation scores with --
+run through the evaluation's :class:`~balagg.evaluation.verify.pool.VerifierPool`: worker processes with a hard
 per-sample timeout, so one pathological answer (sympy can hang on adversarial input) costs at most
 ``timeout_s`` and counts as incorrect; a timed-out worker is killed and replaced.
 """
@@ -24,7 +24,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from balagg.evaluation.pool import DEFAULT_VERIFIER, VerifierPool
+from balagg import contract
+from balagg.evaluation.verify.pool import VerifierPool
 from balagg.prompts import ANSWER_FORMATS, answer_for_verifier
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ class MathReward:
 
     def __init__(self, *, answer_format: str, reward_correct: float, reward_incorrect: float,
                  max_completion_length: int, overlong_buffer_len: int | None, overlong_penalty_factor: float,
-                 timeout_s: float, workers: int = 2, verifier: str = DEFAULT_VERIFIER) -> None:
+                 timeout_s: float, workers: int = contract.VERIFIER.workers,
+                 verifier: str = contract.VERIFIER.verifier) -> None:
         if answer_format not in ANSWER_FORMATS:
             raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
         self.answer_format = answer_format

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from balagg.evaluation.metrics import EVAL_METRICS
+from balagg import contract
 
 log = logging.getLogger(__name__)
 
@@ -272,20 +272,17 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
         return run.info.run_id
 
 
-def metric_key(benchmark: str, metric: str) -> str:
-    """MLflow name of an eval metric: ``eval/<benchmark>/acc_at_8`` (MLflow refuses '@' in names)."""
-    return f"eval/{benchmark}/{metric.replace('@', '_at_')}"
-
-
 def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
-    """:func:`metric_key` -> value per training step from ``eval/curve.csv`` rows (finite values only)."""
+    """MLflow metric name (:func:`balagg.contract.tracking_metric`) -> value per training step from
+    ``eval/curve.csv`` rows (finite values only): the contract's eval metrics of the curve's n."""
     by_step: dict[int, dict[str, float]] = {}
+    n = contract.samples_of_columns(curve_rows[0]) if curve_rows else None
     for row in curve_rows:
         step = int(row["step"])
-        for metric in EVAL_METRICS:
+        for metric in contract.eval_metrics(n) if n is not None else ():
             value = row.get(metric)
             if value not in (None, "") and math.isfinite(float(value)):
-                by_step.setdefault(step, {})[metric_key(row["benchmark"], metric)] = float(value)
+                by_step.setdefault(step, {})[contract.tracking_metric(row["benchmark"], metric)] = float(value)
     return by_step
 
 

@@ -18,6 +18,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 # the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
 
+from balagg import contract
 from balagg.context import check_model_lengths
 from balagg.hub import is_hub_id
 from balagg.io import write_json
@@ -25,11 +26,14 @@ from balagg.train.config import CellConfig
 from balagg.train.launch import check_accelerate_config, conda_env_packages
 
 CAMPAIGN = config["campaign"]
-RESULTS = f"results/{CAMPAIGN}"
-CELL = os.path.join(RESULTS, "{model}", "{dataset}", "{aggregator}", "seed{seed}")
+RESULTS = contract.campaign_dir(CAMPAIGN)
+CELL = os.path.join(RESULTS, contract.CELL_PATTERN)
 # What an evaluation belongs to: a cell ("{dataset}/{aggregator}/seed{seed}") or the initial model.
 EVAL_RUN = os.path.join(RESULTS, "{model}", "{run}")
-INITIAL = "initial"
+EVAL_STEP = os.path.join(EVAL_RUN, contract.eval_step_relpath("{step}"))
+INITIAL = contract.INITIAL_RUN
+BENCH_DATA = os.path.join(RESULTS, contract.data_file("bench", "{name}"))
+CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"  # relative to a cell folder
 RUN_PATTERN = r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
 EVAL_JOBS = config["eval"]["jobs"]
 # eval.jobs: cell -- the per-checkpoint rules evaluate only the initial model; cells have their own rules.
@@ -120,12 +124,9 @@ def cell_paths(pattern):
 
 
 def train_settings(model):
-    """The train section with the model's own overrides applied."""
+    """The train section with the model's own overrides applied. The schema types both sections alike
+    and neither may hold a key that names the cell (model, dataset, aggregator, seed)."""
     return {**config["train"], **config["models"][model].get("train", {})}
-
-
-def step_tag(step):
-    return f"{int(step):06d}"
 
 
 def cell_step_summaries(wildcards):
@@ -133,7 +134,7 @@ def cell_step_summaries(wildcards):
     cell = CELL.format(**wildcards)
     initial = EVAL_RUN.format(model=wildcards.model, run=INITIAL)
     return [
-        f"{initial if step == 0 else cell}/eval/step-{step_tag(step)}/summary.json"
+        os.path.join(initial if step == 0 else cell, contract.eval_step_relpath(step, contract.SUMMARY_FILE))
         for step in checkpoint_steps(wildcards.model)
     ]
 
@@ -142,7 +143,7 @@ def generate_weights_inputs(wildcards):
     """The initial model's files (step 0) or the cell's manifest (its checkpoints)."""
     if wildcards.run == INITIAL:
         return model_inputs(wildcards)
-    return [f"{EVAL_RUN.format(**wildcards)}/manifest.json"]
+    return [os.path.join(EVAL_RUN.format(**wildcards), contract.MANIFEST_FILE)]
 
 
 def checkpoint_path(wildcards):
@@ -155,7 +156,7 @@ def checkpoint_path(wildcards):
 
 def cell_checkpoint(cell_dir, tag):
     """The trainer's weights-only checkpoint of step `tag` (six digits) in a cell folder."""
-    return f"{cell_dir}/train/checkpoints/step-{tag}"
+    return os.path.join(cell_dir, contract.checkpoint_relpath(tag))
 
 
 def cell_eval_groups():
@@ -188,26 +189,27 @@ def tracking_uri():
 def model_source(model):
     """Hub id or folder of the initial policy; tiny-world models are built under results/."""
     spec = config["models"][model]
-    return f"{RESULTS}/models/{model}" if spec["path"] == TINYWORLD else spec["path"]
+    return os.path.join(RESULTS, contract.MODELS_DIR, model) if spec["path"] == TINYWORLD else spec["path"]
 
 
 def model_inputs(wildcards):
     """What a cell's training waits for besides its data: the tiny model when it is built here, the
     fetched snapshot for a hub id."""
     if config["models"][wildcards.model]["path"] == TINYWORLD:
-        return [f"{RESULTS}/models/{wildcards.model}/card.json"]
+        return [os.path.join(model_source(wildcards.model), contract.MODEL_CARD_FILE)]
     return fetch_inputs(config["models"][wildcards.model]["path"])
 
 
 def tinyworld_cards():
     """The card.json of every model the workflow builds itself (none for real models)."""
-    return [f"{RESULTS}/models/{m}/card.json" for m, spec in config["models"].items() if spec["path"] == TINYWORLD]
+    return [os.path.join(model_source(m), contract.MODEL_CARD_FILE)
+            for m, spec in config["models"].items() if spec["path"] == TINYWORLD]
 
 
 def data_reports():
     """The prepare-data report of every training set and benchmark (bad rows skipped, and why)."""
-    return [f"{RESULTS}/data/train/{name}.report.json" for name in config["datasets"]] + [
-        f"{RESULTS}/data/bench/{name}.report.json" for name in BENCHMARKS
+    return [os.path.join(RESULTS, contract.data_report_file("train", name)) for name in config["datasets"]] + [
+        os.path.join(RESULTS, contract.data_report_file("bench", name)) for name in BENCHMARKS
     ]
 
 
@@ -234,7 +236,7 @@ def data_source(kind, name):
 def data_inputs(wildcards):
     """The raw tiny-world folder when the source is built here, fetch.json for hub ids, nothing for local mirrors."""
     if data_source(wildcards.kind, wildcards.name) == TINYWORLD:
-        return [f"{RESULTS}/tinyworld/raw/manifest.json"]
+        return [os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, contract.RAW_MANIFEST_FILE)]
     return fetch_inputs(data_source(wildcards.kind, wildcards.name))
 
 
@@ -246,7 +248,7 @@ def data_loader(wildcards):
 def data_source_arg(wildcards):
     """Hub id or local mirror; the tiny world keeps one mirror folder per registry name."""
     source = data_source(wildcards.kind, wildcards.name)
-    return f"{RESULTS}/tinyworld/raw/{data_loader(wildcards)}" if source == TINYWORLD else source
+    return os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, data_loader(wildcards)) if source == TINYWORLD else source
 
 
 def data_selector(wildcards):
@@ -303,7 +305,7 @@ def cell_config(wildcards):
         "model": model_source(model),
         "model_name": model,
         "dataset_name": wildcards.dataset,
-        "train_files": [f"{RESULTS}/data/train/{wildcards.dataset}.jsonl"],
+        "train_files": [os.path.join(RESULTS, contract.data_file("train", wildcards.dataset))],
         "aggregator": wildcards.aggregator,
         "seed": int(wildcards.seed),
         "use_chat_template": spec.get("chat_template", False),
@@ -360,16 +362,16 @@ def model_resource(rule_key, key):
 
 def analysis_curves(wildcards):
     """Every cell's eval curve (the analysis rules' inputs)."""
-    return cell_paths("eval/curve.csv")
+    return cell_paths(CURVE)
 
 
 def analysis_manifests(wildcards):
     """Every cell's manifest: its train/metrics.jsonl is complete once the manifest exists."""
-    return cell_paths("manifest.json")
+    return cell_paths(contract.MANIFEST_FILE)
 
 
 def analysis_targets():
-    folder = f"{RESULTS}/analysis"
+    folder = os.path.join(RESULTS, contract.ANALYSIS_DIR)
     return [
         *(f"{folder}/table1.{ext}" for ext in ("csv", "md", "tex")),
         *(f"{folder}/figure{n}.{ext}" for n in (1, 2, 3) for ext in ("png", "pdf")),

@@ -5,7 +5,7 @@
 rule tinyworld_data:
     """Synthetic training sets and benchmarks in the real datasets' raw schemas."""
     output:
-        manifest=f"{RESULTS}/tinyworld/raw/manifest.json",
+        manifest=os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, contract.RAW_MANIFEST_FILE),
     params:
         out=output_dir,
         seed=config["tinyworld"]["seed"],
@@ -25,9 +25,9 @@ rule tinyworld_data:
 rule tinyworld_model:
     """A tiny Qwen2 model, warm-started by supervised training, with its step-0 data card."""
     input:
-        raw=f"{RESULTS}/tinyworld/raw/manifest.json",
+        raw=os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, contract.RAW_MANIFEST_FILE),
     output:
-        card=f"{RESULTS}/models/{{model}}/card.json",
+        card=os.path.join(RESULTS, contract.MODELS_DIR, "{model}", contract.MODEL_CARD_FILE),
     params:
         out=output_dir,
         raw=raw_dir,
@@ -51,8 +51,8 @@ rule prepare_data:
     input:
         data_inputs,
     output:
-        data=f"{RESULTS}/data/{{kind}}/{{name}}.jsonl",
-        counts=f"{RESULTS}/data/{{kind}}/{{name}}.report.json",
+        data=os.path.join(RESULTS, contract.data_file("{kind}", "{name}")),
+        counts=os.path.join(RESULTS, contract.data_report_file("{kind}", "{name}")),
     params:
         selector=data_selector,
         source=data_source_arg,

@@ -10,11 +10,11 @@ rule generate:
     """n samples per problem of every benchmark from one checkpoint."""
     input:
         weights=generate_weights_inputs,
-        benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
+        benchmarks=expand(BENCH_DATA, name=BENCHMARKS),
     wildcard_constraints:
         run=PER_CHECKPOINT_RUNS,
     output:
-        f"{EVAL_RUN}/eval/step-{{step}}/generations.jsonl",
+        f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
     params:
         checkpoint=checkpoint_path,
         bench_dir=bench_dir,
@@ -42,13 +42,13 @@ rule generate:
 rule score:
     """Per-problem correctness, Acc@n / Best@n per benchmark and the mean (docs/files.md)."""
     input:
-        generations=f"{EVAL_RUN}/eval/step-{{step}}/generations.jsonl",
-        benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
+        generations=f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
+        benchmarks=expand(BENCH_DATA, name=BENCHMARKS),
     wildcard_constraints:
         run=PER_CHECKPOINT_RUNS,
     output:
-        scores=f"{EVAL_RUN}/eval/step-{{step}}/scores.jsonl",
-        summary=f"{EVAL_RUN}/eval/step-{{step}}/summary.json",
+        scores=f"{EVAL_STEP}/{contract.SCORES_FILE}",
+        summary=f"{EVAL_STEP}/{contract.SUMMARY_FILE}",
     params:
         bench_dir=bench_dir,
         code_timeout=config["eval"]["code_timeout_s"],
@@ -71,7 +71,7 @@ rule collect_curve:
     input:
         cell_step_summaries,
     output:
-        f"{CELL}/eval/curve.csv",
+        f"{CELL}/{CURVE}",
     log:
         f"{CELL}/logs/collect_curve.log",
     benchmark:
@@ -86,7 +86,7 @@ rule collect_curve:
 if EVAL_JOBS == "cell":
     for _index, (_steps, _models) in enumerate(cell_eval_groups()):
         _name = "" if _index == 0 else f"_{_index + 1}"
-        _step_dirs = [f"{CELL}/eval/step-{step_tag(step)}" for step in _steps]
+        _step_dirs = [os.path.join(CELL, contract.eval_step_relpath(step)) for step in _steps]
 
         rule:
             """n samples per problem of every benchmark from every checkpoint of one cell, in one process."""

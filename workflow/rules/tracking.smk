@@ -25,10 +25,10 @@ rule mlflow_setup:
 rule mlflow_log_eval:
     """Evaluation metrics into the cell's run, at their training steps (eval/<benchmark>/acc_at_8, ...)."""
     input:
-        manifest=f"{CELL}/manifest.json",
-        curve=f"{CELL}/eval/curve.csv",
+        manifest=f"{CELL}/{contract.MANIFEST_FILE}",
+        curve=f"{CELL}/{CURVE}",
     output:
-        f"{CELL}/eval/mlflow.json",
+        f"{CELL}/{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}",
     log:
         f"{CELL}/logs/mlflow_log_eval.log",
     benchmark:

@@ -8,7 +8,7 @@
 rule cell_config:
     """The resolved per-cell config; rewritten (and training rerun) only when a value changes."""
     output:
-        f"{CELL}/cell.json",
+        f"{CELL}/{contract.CELL_CONFIG_FILE}",
     params:
         cell=cell_config,
     log:
@@ -22,15 +22,15 @@ rule train:
     """GRPO on TRL with the cell's aggregation rule; resumes from the newest complete checkpoint.
     `--launch` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
     input:
-        cell=f"{CELL}/cell.json",
-        data=f"{RESULTS}/data/train/{{dataset}}.jsonl",
+        cell=f"{CELL}/{contract.CELL_CONFIG_FILE}",
+        data=os.path.join(RESULTS, contract.data_file("train", "{dataset}")),
         model=model_inputs,
         tracking=f"{RESULTS}/mlflow/experiment.json",
     output:
-        manifest=f"{CELL}/manifest.json",
+        manifest=f"{CELL}/{contract.MANIFEST_FILE}",
     params:
-        workdir=f"{CELL}/train",
-        stale=f"--invalidate {CELL}/eval --invalidate {RESULTS}/analysis",
+        workdir=f"{CELL}/{contract.TRAIN_DIR}",
+        stale=f"--invalidate {CELL}/{contract.EVAL_DIR} --invalidate {RESULTS}/{contract.ANALYSIS_DIR}",
     log:
         f"{CELL}/logs/train.log",
     benchmark:

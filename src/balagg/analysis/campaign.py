@@ -19,17 +19,16 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from balagg.evaluation.metrics import EVAL_METRICS, summary_rows
+from balagg import contract
+from balagg.evaluation.scoring.metrics import summary_rows
 
 __all__ = [
-    "BENCHMARKS",
     "MEAN",
     "METRICS",
     "CellKey",
@@ -40,21 +39,15 @@ __all__ = [
     "cell_key_from_path",
 ]
 
-BENCHMARKS: tuple[str, ...] = ("math500", "aime24", "aime25", "olympiadbench", "minerva", "livecodebench")
-"""Benchmark keys in the paper's order (docs/files.md); other keys sort after these."""
+MEAN = contract.MEAN
+METRICS: tuple[str, ...] = contract.eval_metrics(contract.PAPER_SAMPLES)
+"""What the analysis reports: Acc@8, Best@8 and the bootstrap Best@8 (the paper's n = 8 samples per problem)."""
 
-MEAN = "mean"
-"""The pseudo-benchmark holding the six-benchmark mean in ``curve.csv`` and ``summary.json``."""
+REQUIRED_METRICS: tuple[str, ...] = METRICS[:2]
+"""A step counts as evaluated when Acc@8 and Best@8 are finite; ``best@8_bootstrap`` is NaN in summaries
+scored before it existed."""
 
-METRICS: tuple[str, ...] = EVAL_METRICS
-REQUIRED_METRICS: tuple[str, ...] = ("acc@8", "best@8")
-"""A step counts as evaluated when these are finite; ``best@8_bootstrap`` is NaN in summaries scored
-before it existed."""
-
-_NON_CELL_TOP_DIRS = frozenset({"analysis", "data", "logs", "aggregation", "mlflow", "benchmarks"})
-_SEED_DIR = re.compile(r"^seed(\d+)$")
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-_CURVE_COLUMNS = ("step", "benchmark", "acc@8", "best@8")
+_CURVE_COLUMNS = ("step", "benchmark", *REQUIRED_METRICS)
 
 
 @dataclass(frozen=True, order=True)
@@ -68,7 +61,7 @@ class CellKey:
 
     @property
     def relpath(self) -> str:
-        return f"{self.model}/{self.dataset}/{self.aggregator}/seed{self.seed}"
+        return contract.cell_relpath(self.model, self.dataset, self.aggregator, self.seed)
 
     def __str__(self) -> str:
         return self.relpath
@@ -173,18 +166,13 @@ def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(names), key=rank))
 
 
-def benchmark_order(names: Iterable[str]) -> tuple[str, ...]:
-    known = [b for b in BENCHMARKS if b in set(names)]
-    return tuple(known + sorted(set(names) - set(BENCHMARKS) - {MEAN}))
-
-
 def cell_key_from_path(campaign_dir: Path, path: Path) -> CellKey:
     """The cell a path belongs to: ``{model}/{dataset}/{aggregator}/seed{N}`` right under the campaign."""
     try:
         parts = Path(path).resolve().relative_to(Path(campaign_dir).resolve()).parts
     except ValueError:
         raise ValueError(f"{path} is not inside campaign folder {campaign_dir}") from None
-    match = _SEED_DIR.match(parts[3]) if len(parts) >= 4 else None
+    match = contract.SEED_DIR.match(parts[3]) if len(parts) >= 4 else None
     if not match:
         raise ValueError(f"{path} is not inside a cell folder {{model}}/{{dataset}}/{{aggregator}}/seed{{N}} "
                          f"of {campaign_dir}")
@@ -195,7 +183,7 @@ def discover_cells(campaign_dir: Path) -> list[CellKey]:
     """Every ``{model}/{dataset}/{aggregator}/seed{N}`` folder under ``campaign_dir``."""
     keys = []
     for seed_dir in Path(campaign_dir).glob("*/*/*/seed*"):
-        if seed_dir.is_dir() and _SEED_DIR.match(seed_dir.name) and seed_dir.parts[-4] not in _NON_CELL_TOP_DIRS:
+        if seed_dir.is_dir() and contract.SEED_DIR.match(seed_dir.name) and seed_dir.parts[-4] not in contract.CAMPAIGN_DIRS:
             keys.append(cell_key_from_path(campaign_dir, seed_dir))
     return sorted(keys)
 
@@ -203,7 +191,8 @@ def discover_cells(campaign_dir: Path) -> list[CellKey]:
 def _step_dirs(folder: Path) -> dict[int, Path]:
     if not folder.is_dir():
         return {}
-    return {int(m.group(1)): p for p in folder.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))}
+    return {step: p for p in folder.iterdir()
+            if p.is_dir() and (step := contract.parse_step_dirname(p.name)) is not None}
 
 
 def _manifest_steps(manifest: dict) -> set[int]:
@@ -223,7 +212,12 @@ def _finite(value) -> float:
 def _read_curve(path: Path) -> list[dict]:
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in _CURVE_COLUMNS if c not in (reader.fieldnames or [])]
+        columns = reader.fieldnames or []
+        missing = [c for c in _CURVE_COLUMNS if c not in columns]
+        n = contract.samples_of_columns(columns)
+        if missing and n is not None and n != contract.PAPER_SAMPLES:
+            raise ValueError(f"{path}: scored with n={n} samples per problem; the analysis reports "
+                             f"{' and '.join(REQUIRED_METRICS)} (evaluate with n={contract.PAPER_SAMPLES})")
         if missing:
             raise ValueError(f"{path}: missing columns {missing} (docs/files.md: {','.join(_CURVE_COLUMNS)},...)")
         return [{"step": int(row["step"]), "benchmark": row["benchmark"],
@@ -231,8 +225,12 @@ def _read_curve(path: Path) -> list[dict]:
 
 
 def _read_summary(path: Path) -> list[dict]:
+    summary = json.loads(path.read_text())
+    if isinstance(summary, dict) and summary.get("n", contract.PAPER_SAMPLES) != contract.PAPER_SAMPLES:
+        raise ValueError(f"scored with n={summary['n']} samples per problem; the analysis reports "
+                         f"{' and '.join(REQUIRED_METRICS)}")
     return [{"step": row["step"], "benchmark": row["benchmark"], **{m: _finite(row[m]) for m in METRICS}}
-            for row in summary_rows(json.loads(path.read_text()))]
+            for row in summary_rows(summary)]
 
 
 def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dict]:
@@ -256,9 +254,9 @@ def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dic
 
 def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
     """Rows of one cell's curve and summaries, keyed by step (curve.csv wins for steps it has)."""
-    eval_dir = cell.path / "eval"
+    eval_dir = cell.path / contract.EVAL_DIR
     rows: list[dict] = []
-    curve = eval_dir / "curve.csv"
+    curve = eval_dir / contract.CURVE_FILE
     if curve.is_file():
         try:
             rows = _read_curve(curve)
@@ -266,7 +264,7 @@ def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
             problems.append(Problem("bad-file", str(error), cell.key))
     in_curve = {r["step"] for r in rows}
     for step, folder in sorted(_step_dirs(eval_dir).items()):
-        summary = folder / "summary.json"
+        summary = folder / contract.SUMMARY_FILE
         if step in in_curve or not summary.is_file():
             continue
         try:
@@ -278,9 +276,9 @@ def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
 
 def _scan_cell(key: CellKey, path: Path, problems: list[Problem]) -> tuple[Cell, list[dict], list[dict]]:
     cell = Cell(key, path)
-    cell.expected_steps |= set(_step_dirs(path / "train" / "checkpoints"))
-    cell.expected_steps |= set(_step_dirs(path / "eval"))
-    manifest = path / "manifest.json"
+    cell.expected_steps |= set(_step_dirs(path / contract.TRAIN_DIR / contract.CHECKPOINTS_DIR))
+    cell.expected_steps |= set(_step_dirs(path / contract.EVAL_DIR))
+    manifest = path / contract.MANIFEST_FILE
     if manifest.is_file():
         cell.has_manifest = True
         try:
@@ -288,7 +286,7 @@ def _scan_cell(key: CellKey, path: Path, problems: list[Problem]) -> tuple[Cell,
         except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as error:
             problems.append(Problem("bad-file", f"{manifest}: unreadable ({error})", key))
     eval_rows = _load_cell_evals(cell, problems)
-    metrics_path = path / "train" / "metrics.jsonl"
+    metrics_path = path / contract.TRAIN_DIR / contract.METRICS_FILE
     train_rows = _read_metrics(metrics_path, key, problems) if metrics_path.is_file() else []
     cell.has_train_metrics = bool(train_rows)
     if not train_rows:
@@ -342,7 +340,7 @@ def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None =
 
     problems: list[Problem] = [Problem("missing-cell", "no cell folder", key) for key in grid if key not in set(found)]
     scanned = {key: _scan_cell(key, root / key.relpath, problems) for key in found}
-    benchmarks = benchmark_order({r["benchmark"] for _, rows, _ in scanned.values() for r in rows})
+    benchmarks = contract.benchmark_order({r["benchmark"] for _, rows, _ in scanned.values() for r in rows})
 
     eval_rows, train_rows, cell_map = [], [], {}
     for key, (cell, rows, metrics) in scanned.items():

@@ -23,16 +23,27 @@ import pandas as pd
 
 from balagg.analysis.campaign import MEAN, METRICS, Campaign
 
-__all__ = ["peak_and_last", "train_curves", "smooth", "SUMMARY_COLUMNS"]
+__all__ = ["peak_and_last", "peak_and_last_of_group", "train_curves", "smooth", "SUMMARY_COLUMNS", "ACC", "BEST",
+           "BEST_BOOTSTRAP"]
+
+ACC, BEST, BEST_BOOTSTRAP = METRICS
+
+
+def peak_column(metric: str) -> str:
+    """``peak_acc@8``: the seed-mean curve's maximum after step 0 (``_std``: its seed spread, ``_step``: where)."""
+    return f"peak_{metric}"
+
+
+def last_column(metric: str) -> str:
+    """``last_acc@8``: the seed-mean at the setting's final step."""
+    return f"last_{metric}"
+
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "dataset", "model", "aggregator", "benchmark", "n_seeds", "n_seeds_grid",
-    "peak_acc@8", "peak_acc@8_std", "peak_acc@8_step",
-    "peak_best@8", "peak_best@8_std", "peak_best@8_step",
-    "peak_best@8_bootstrap", "peak_best@8_bootstrap_std", "peak_best@8_bootstrap_step",
-    "last_step", "last_acc@8", "last_acc@8_std", "last_best@8", "last_best@8_std",
-    "last_best@8_bootstrap", "last_best@8_bootstrap_std",
-    "step0_acc@8", "step0_best@8", "step0_best@8_bootstrap", "note",
+    *(peak_column(m) + suffix for m in METRICS for suffix in ("", "_std", "_step")),
+    "last_step", *(last_column(m) + suffix for m in METRICS for suffix in ("", "_std")),
+    *(f"step0_{m}" for m in METRICS), "note",
 )
 
 
@@ -46,7 +57,9 @@ def _std(values: pd.Series) -> float:
     return float(values.std(ddof=1)) if values.count() > 1 else math.nan
 
 
-def _group_summary(campaign: Campaign, model: str, dataset: str, aggregator: str, benchmark: str) -> dict:
+def peak_and_last_of_group(campaign: Campaign, model: str, dataset: str, aggregator: str, benchmark: str) -> dict:
+    """One row of :func:`peak_and_last`: the peak and last-step values (module docstring) of one
+    (model, dataset, aggregator) on one benchmark, with the notes that explain any gap."""
     keys = campaign.group_keys(model, dataset, aggregator)
     usable = [k for k in keys if k in campaign.cells and not campaign.cells[k].failed]
     row: dict = {"dataset": dataset, "model": model, "aggregator": aggregator, "benchmark": benchmark,
@@ -65,8 +78,8 @@ def _group_summary(campaign: Campaign, model: str, dataset: str, aggregator: str
     mine = evals[(evals.model == model) & (evals.dataset == dataset) & (evals.aggregator == aggregator)
                  & (evals.benchmark == benchmark) & evals.seed.isin([k.seed for k in usable])]
     per_seed = {m: mine.pivot(index="step", columns="seed", values=m) for m in METRICS}
-    complete = per_seed["acc@8"].dropna().index
-    partial = sorted(set(per_seed["acc@8"].index) - set(complete))
+    complete = per_seed[ACC].dropna().index
+    partial = sorted(set(per_seed[ACC].index) - set(complete))
     if partial:
         notes.append(f"steps {partial} not evaluated in every seed, left out")
 
@@ -81,9 +94,9 @@ def _group_summary(campaign: Campaign, model: str, dataset: str, aggregator: str
         if mean.isna().all():
             continue
         peak_step = int(mean.idxmax())
-        row[f"peak_{metric}"] = float(mean.loc[peak_step])
-        row[f"peak_{metric}_std"] = _std(table.loc[peak_step])
-        row[f"peak_{metric}_step"] = peak_step
+        row[peak_column(metric)] = float(mean.loc[peak_step])
+        row[peak_column(metric) + "_std"] = _std(table.loc[peak_step])
+        row[peak_column(metric) + "_step"] = peak_step
         if 0 in complete:
             row[f"step0_{metric}"] = float(per_seed[metric].loc[0].mean(skipna=False))
 
@@ -91,8 +104,8 @@ def _group_summary(campaign: Campaign, model: str, dataset: str, aggregator: str
     row["last_step"] = final
     if final in complete:
         for metric in METRICS:
-            row[f"last_{metric}"] = float(per_seed[metric].loc[final].mean(skipna=False))
-            row[f"last_{metric}_std"] = _std(per_seed[metric].loc[final])
+            row[last_column(metric)] = float(per_seed[metric].loc[final].mean(skipna=False))
+            row[last_column(metric) + "_std"] = _std(per_seed[metric].loc[final])
     else:
         notes.append(f"last step {final} not evaluated in every seed (last complete step {max(complete)}): "
                      "last-step values left blank")
@@ -110,11 +123,11 @@ def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> 
     Rows are ordered dataset, model, aggregator (display order). Groups with no usable seed have NaN
     values and a ``note`` saying which seeds failed or are missing.
     """
-    rows = [_group_summary(campaign, model, dataset, aggregator, benchmark)
+    rows = [peak_and_last_of_group(campaign, model, dataset, aggregator, benchmark)
             for dataset in campaign.datasets for model in campaign.models for aggregator in campaign.aggregators
             for benchmark in benchmarks if campaign.group_keys(model, dataset, aggregator)]
     frame = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
-    for column in ("peak_acc@8_step", "peak_best@8_step", "peak_best@8_bootstrap_step", "last_step"):
+    for column in (*(peak_column(m) + "_step" for m in METRICS), "last_step"):
         frame[column] = frame[column].astype("Int64")
     return frame
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from balagg.evaluation.generate import BACKENDS, PROMPT_STYLES, GenerationConfig
+    from balagg.evaluation.generation.requests import BACKENDS, PROMPT_STYLES, GenerationConfig
     from balagg.prompts import ANSWER_FORMATS
 
     defaults = GenerationConfig()
@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from balagg.evaluation.generate import GenerationConfig, generate
+    from balagg.evaluation.generation.generate import generate
+    from balagg.evaluation.generation.requests import GenerationConfig
 
     config = GenerationConfig(
         n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,

@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+from balagg import contract
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -29,8 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--list", action="store_true", help="print the registry of sources and exit")
     parser.add_argument("--source", help="hub id or local path (default: the registry's hub id)")
     parser.add_argument("--out", help="output JSONL file")
-    parser.add_argument("--on-bad-row", choices=("fail", "skip"), default="fail",
-                        help="stop at the first malformed row (default) or skip and count it")
+    parser.add_argument("--on-bad-row", choices=("fail", "skip"), default=contract.DATA.on_bad_row,
+                        help="stop at the first malformed row or skip and count it (default %(default)s, as the workflow)")
     parser.add_argument("--report", default=None,
                         help="also write the report (rows read, written, bad rows skipped and why) to this JSON file")
     parser.add_argument("--split", default=None, help="override the registry's split")

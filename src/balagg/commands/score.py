@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from balagg import contract
+
 
 def _ks(text: str) -> tuple[int, ...]:
     try:
@@ -31,9 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="output directory (e.g. .../eval/step-000040), one per --generations")
     parser.add_argument("--checkpoint", default=None, help="recorded in summary.json (default: generation.json's)")
     parser.add_argument("--step", type=int, default=None, help="recorded in summary.json (default: from step-N in --out)")
-    parser.add_argument("--workers", type=int, default=2, help="verifier processes / concurrent sandboxes")
-    parser.add_argument("--math-timeout", type=float, default=10.0, help="seconds per math sample")
-    parser.add_argument("--code-timeout", type=float, default=6.0, help="wall-clock seconds per code test")
+    parser.add_argument("--workers", type=int, default=contract.VERIFIER.workers,
+                        help="verifier processes / concurrent sandboxes")
+    parser.add_argument("--math-timeout", type=float, default=contract.VERIFIER.math_timeout_s,
+                        help="seconds per math sample")
+    parser.add_argument("--code-timeout", type=float, default=contract.EVAL.code_timeout_s,
+                        help="wall-clock seconds per code test")
     parser.add_argument("--pass-k", type=_ks, default=(), help="also report unbiased pass@k, e.g. 1,2,4 (k <= n)")
     parser.add_argument("--allow-missing", action="store_true",
                         help="score even if some benchmark problems have no generations (they are left out)")
@@ -44,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from balagg.commands.generate import checkpoint_pairs
-    from balagg.evaluation.score import ScoreConfig, score
+    from balagg.evaluation.scoring.score import ScoreConfig, score
 
     config = ScoreConfig(workers=args.workers, math_timeout_s=args.math_timeout, code_timeout_s=args.code_timeout,
                          pass_ks=args.pass_k, allow_missing=args.allow_missing,
@@ -59,9 +64,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(summary: dict) -> None:
-    n = summary["n"]
-    print(f"{'benchmark':<16} {'acc@' + str(n):>8} {'best@' + str(n):>8} {'problems':>9} {'trunc':>6}")
+    acc, best = contract.acc_metric(summary["n"]), contract.best_metric(summary["n"])
+    print(f"{'benchmark':<16} {acc:>8} {best:>8} {'problems':>9} {'trunc':>6}")
     for name, entry in summary["benchmarks"].items():
-        print(f"{name:<16} {entry[f'acc@{n}']:>8.4f} {entry[f'best@{n}']:>8.4f} {entry['n_problems']:>9d} "
+        print(f"{name:<16} {entry[acc]:>8.4f} {entry[best]:>8.4f} {entry['n_problems']:>9d} "
               f"{entry['truncation_rate']:>6.3f}")
-    print(f"{'mean':<16} {summary['mean'][f'acc@{n}']:>8.4f} {summary['mean'][f'best@{n}']:>8.4f}")
+    mean = summary[contract.MEAN]
+    print(f"{contract.MEAN:<16} {mean[acc]:>8.4f} {mean[best]:>8.4f}")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 
+from balagg import contract
+
 
 def _positive(text: str) -> int:
     value = int(text)
@@ -39,9 +41,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     data = actions.add_parser("data", help="write the synthetic raw datasets and manifest.json")
     data.add_argument("--out", required=True, help="folder for the raw datasets (one subfolder each)")
-    data.add_argument("--seed", type=int, default=0)
-    data.add_argument("--train-problems", type=_positive, default=2000, help="problems per training set")
-    data.add_argument("--bench-problems", type=_positive, default=32, help="problems per benchmark")
+    data.add_argument("--seed", type=int, default=contract.TINYWORLD.seed)
+    data.add_argument("--train-problems", type=_positive, default=contract.TINYWORLD.train_problems,
+                      help="problems per training set")
+    data.add_argument("--bench-problems", type=_positive, default=contract.TINYWORLD.bench_problems,
+                      help="problems per benchmark")
     data.set_defaults(func=run_data)
 
     model = actions.add_parser("model", help="build, warm-start and save a tiny model with its card.json")
@@ -49,8 +53,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--raw", "--train-data", dest="raw", required=True,
                        help="the raw folder written by `tinyworld data` (its training sets give the card)")
     model.add_argument("--out", required=True, help="checkpoint folder (replaced); card.json is written last")
-    model.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the warm start")
-    model.add_argument("--sft-steps", type=_positive, default=800, help="warm-start optimiser steps (batch 32)")
+    model.add_argument("--seed", type=int, default=contract.TINYWORLD.seed,
+                       help="seed of the initial weights and the warm start")
+    model.add_argument("--sft-steps", type=_positive, default=contract.TINYWORLD.sft_steps,
+                       help="warm-start optimiser steps (batch 32)")
     model.add_argument("--card-problems", type=_positive, default=64, help="problems per training set in the card")
     model.add_argument("--card-samples", type=_positive, default=8, help="samples per problem in the card")
     model.add_argument("--max-new-tokens", type=_positive, default=96)

@@ -8,9 +8,9 @@ the command-line front end.
 from balagg.data.fields import BadRow, last_boxed
 from balagg.io import read_jsonl, write_json, write_jsonl
 from balagg.data.prepare import BadRowError, PrepareReport, open_rows, prepare
-from balagg.data.sources import BENCHMARKS, SOURCES, TRAINING_SETS, Source, get_source
+from balagg.data.sources import SOURCES, Source, get_source
 
 __all__ = [
-    "BENCHMARKS", "SOURCES", "TRAINING_SETS", "BadRow", "BadRowError", "PrepareReport", "Source",
+    "SOURCES", "BadRow", "BadRowError", "PrepareReport", "Source",
     "get_source", "last_boxed", "open_rows", "prepare", "read_jsonl", "write_json", "write_jsonl",
 ]

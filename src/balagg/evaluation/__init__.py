@@ -1,12 +1,8 @@
-"""Scoring of generated answers (``balagg.evaluation``).
+"""Evaluation of checkpoints, one subpackage per job.
 
-- :mod:`balagg.evaluation.math`: ``verify_math(text, gold)``, the one math verifier (also the trainer's
-  reward) and ``verifier_info()``;
-- :mod:`balagg.evaluation.metrics`: Acc@k, Best@k, verl's bootstrap Best@k and the unbiased pass@k from per-sample correctness;
-- :mod:`balagg.evaluation.pool`: verification in worker processes with a per-sample timeout;
-- :mod:`balagg.evaluation.sandbox`: running model-written programs (LiveCodeBench) in isolation
-  (:mod:`balagg.evaluation.sandbox_launcher` is the stdlib-only script that runs inside it);
-- :mod:`balagg.evaluation.score`: ``generations.jsonl`` -> ``scores.jsonl`` + ``summary.json``.
-
-Generation (``balagg.evaluation.generate*``) produces the ``generations.jsonl`` these modules read.
+- :mod:`balagg.evaluation.generation`: n samples per benchmark problem (requests, backends) ->
+  ``generations.jsonl``;
+- :mod:`balagg.evaluation.verify`: the math verifier, its process pool and the code sandbox (training's
+  reward uses the same verifier and pool);
+- :mod:`balagg.evaluation.scoring`: samples -> ``scores.jsonl`` and ``summary.json`` (Acc@n, Best@n).
 """

@@ -7,7 +7,7 @@ Submodules import torch/transformers lazily where they can; ``balagg.tinyworld.m
 
 from __future__ import annotations
 
-__all__ = ["ALPHABET", "PROMPT_TEMPLATE", "SIZES", "build_tokenizer", "build_model", "load_checkpoint", "load_tokenizer", "save_checkpoint"]
+__all__ = ["ALPHABET", "PROMPT_TEMPLATE", "SIZES", "build_tokenizer", "build_model", "load_checkpoint", "save_checkpoint"]
 
 
 def __getattr__(name: str):  # lazy: keep ``import balagg.tinyworld`` free of torch

@@ -14,9 +14,9 @@ identical prompts with or without ``apply_chat_template``:
     {last user message}{assistant message}<eos>
 
 (system messages and the generation prompt add nothing). Load a saved tokenizer with
-``load_tokenizer``/``PreTrainedTokenizerFast.from_pretrained(dir)``, never with ``AutoTokenizer``
-(for ``model_type=qwen2`` that returns Qwen2Tokenizer, which swaps in a byte-level pipeline;
-trl-cpu.md §2.2).
+:func:`balagg.contract.load_tokenizer` (as training and evaluation do), never with ``AutoTokenizer``:
+for ``model_type=qwen2`` that returns Qwen2's byte-level tokenizer whatever ``tokenizer_class`` says
+(transformers 5.17), which drops spaces and changes the ids.
 
 Models: ``Qwen2ForCausalLM`` with tied embeddings, 4 query / 2 key-value heads, SwiGLU width 2H, RoPE
 (so ``max_position_embeddings`` costs no parameters). ``SIZES`` names the shapes.
@@ -28,6 +28,8 @@ import os
 import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from balagg import contract
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<bos>", "<unk>")
 PAD, EOS, BOS, UNK = SPECIAL_TOKENS
@@ -67,7 +69,7 @@ SIZES: dict[str, ModelSize] = {
     "tiny-l": ModelSize(num_hidden_layers=4, hidden_size=256),
 }
 """Named shapes. tiny-s (~0.3M parameters) and tiny-m (~0.6M) are the default grid's two models;
-tiny-l (~2.4M) is about 2-4x slower per step (tinyworld.md §6) and is not used by default."""
+tiny-l (~2.4M) is about 2-4x slower per training step and is not used by default."""
 
 
 def build_tokenizer():
@@ -165,29 +167,14 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, metadata: dict
     return out
 
 
-def load_tokenizer(path: str | os.PathLike):
-    """The saved character tokenizer of a checkpoint dir.
-
-    Uses ``PreTrainedTokenizerFast`` on purpose: ``AutoTokenizer``/``AutoProcessor`` return Qwen2's
-    byte-level tokenizer for these dirs (checked with transformers 5.17, whatever ``tokenizer_class``
-    says), which drops spaces and changes ids. Pass this object to TRL as ``processing_class``.
-    """
-    from transformers import PreTrainedTokenizerFast
-
-    path = Path(path)
-    if not (path / "tokenizer.json").is_file():
-        raise ValueError(f"{path} has no tokenizer.json")
-    return PreTrainedTokenizerFast.from_pretrained(path)
-
-
 def load_checkpoint(path: str | os.PathLike):
-    """Load ``(model, tokenizer)`` from a checkpoint dir (``from_pretrained`` + PreTrainedTokenizerFast)."""
+    """Load ``(model, tokenizer)`` from a checkpoint dir (``from_pretrained`` + :func:`balagg.contract.load_tokenizer`)."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"{path} is not a model checkpoint (no config.json)")
-    tokenizer = load_tokenizer(path)
+    tokenizer = contract.load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     return model, tokenizer
 

@@ -32,6 +32,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from balagg import contract
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX
 from balagg.data.sources import SOURCES
 from balagg.io import atomic_path, atomic_write_text
@@ -60,8 +61,6 @@ LAYOUT: dict[str, dict] = {
 }
 """Where each raw dataset lies inside its mirror folder (as in the hub repository); hub id, split and
 subset come from balagg.data's registry, so the real loaders read the mirror exactly as the hub copy."""
-TRAIN_SETS: tuple[str, ...] = tuple(n for n, spec in LAYOUT.items() if spec["role"] == "train")
-BENCHMARKS: tuple[str, ...] = tuple(n for n, spec in LAYOUT.items() if spec["role"] == "benchmark")
 
 LCB_FIRST_DATE = dt.datetime(2024, 8, 1)
 """Synthetic contest dates start here and stay inside LiveCodeBench's default window (2024-08-01 to
@@ -227,7 +226,8 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def write_raw(out: str | os.PathLike, seed: int, train_problems: int = 2000, bench_problems: int = 32,
+def write_raw(out: str | os.PathLike, seed: int, train_problems: int = contract.TINYWORLD.train_problems,
+              bench_problems: int = contract.TINYWORLD.bench_problems,
               names: tuple[str, ...] | None = None) -> dict:
     """Write every dataset (or ``names``) under ``out`` and ``out/manifest.json`` (last); return it."""
     if train_problems < 1 or bench_problems < 1:
@@ -256,5 +256,5 @@ def write_raw(out: str | os.PathLike, seed: int, train_problems: int = 2000, ben
         "datasets": datasets,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    atomic_write_text(out / "manifest.json", text)
+    atomic_write_text(out / contract.RAW_MANIFEST_FILE, text)
     return json.loads(text)

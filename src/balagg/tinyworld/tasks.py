@@ -1,6 +1,6 @@
 """Synthetic verifiable tasks of the tiny world: arithmetic chains and one-line Python functions.
 
-Arithmetic chain (tinyworld.md §2.1): ``Compute 7-1-2+5.`` with 1-5 operations, operands 1-9 and a
+Arithmetic chain: ``Compute 7-1-2+5.`` with 1-5 operations, operands 1-9 and a
 running value kept in 0..9, so every step is a single-digit fact. Its worked solution is one step per
 operation and a final box:
 
@@ -10,7 +10,7 @@ A *flawed* solution (warm-start data only) gets one step, chosen uniformly, wron
 keeps the rest of the chain in 0..9; the error propagates to a wrong box. Style ``long`` also repeats the
 step before the error 2-4 times (wrong answers ramble, so they are longer than right ones); style
 ``same`` does not (wrong and right answers have the same length); style ``short`` instead writes at
-most one correct step and boxes a wrong guess (wrong answers are shorter; tinyworld.md §2.1).
+most one correct step and boxes a wrong guess (wrong answers are shorter).
 
 Two training tasks differ in difficulty and length profile, like DAPO-Math-17k and Polaris:
 

@@ -1,6 +1,6 @@
 """Supervised warm start of a tiny model and its step-0 data card.
 
-Warm start (tinyworld.md §2.2): a plain PyTorch loop over ``warm_start_examples`` (both training tasks,
+Warm start: a plain PyTorch loop over ``warm_start_examples`` (both training tasks,
 right and flawed worked solutions, and a share of code problems), cross-entropy on completion tokens
 (EOS included) only, AdamW (lr 3e-3, betas 0.9/0.98, weight decay 0.01), linear warmup then cosine decay
 to 0, gradient clipping at 1.0, fp32, one thread. Code examples get batches of their own so that math
@@ -9,10 +9,10 @@ batches are not padded to program length.
 Step-0 statistics: sample ``samples_per_problem`` completions per problem at T=1 (top_k=0, top_p=1,
 TRL's sampling) for problems read from the raw training sets *through the real loaders*
 (``balagg.data``), check each against the gold answer with the project's math verifier
-(``balagg.evaluation.math.verify_math``, the trainer's reward) where math-verify is installed, else by
+(``balagg.evaluation.verify.math_verifier.verify_math``, the trainer's reward) where math-verify is installed, else by
 integer comparison of the last ``\\boxed{}`` (the same verdicts on these integer answers whenever a
 box is present; the card names the one used), and measure lengths in tokens with the EOS counted (TRL's convention; a truncated sample counts
-``max_new_tokens``). The regime the paper's aggregation rules need (issue 4): accuracy in [0.2, 0.8],
+``max_new_tokens``). The regime the paper's aggregation rules need: accuracy in [0.2, 0.8],
 length CV >= 0.3 and, in at least one model/dataset pair, wrong answers longer than right ones.
 """
 
@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from balagg import contract
 from balagg.io import write_json
 from balagg.tinyworld.model import PROMPT_TEMPLATE
 from balagg.tinyworld.tasks import warm_start_examples
@@ -36,9 +37,9 @@ REGIME = {"accuracy_min": 0.2, "accuracy_max": 0.8, "len_cv_min": 0.3}
 
 @dataclass
 class WarmStartConfig:
-    """Settings of the supervised warm start (defaults: tinyworld.md §2.2)."""
+    """Settings of the supervised warm start (the defaults reach the step-0 regime of the module docstring)."""
 
-    steps: int = 800
+    steps: int = contract.TINYWORLD.sft_steps
     batch_size: int = 32
     learning_rate: float = 3e-3
     betas: tuple[float, float] = (0.9, 0.98)
@@ -75,7 +76,7 @@ def _batches(config: WarmStartConfig, tokenizer) -> list[list[tuple[list[int], l
     eos = tokenizer.eos_token_id
     pools: dict[bool, list] = {True: [], False: []}
     for example in examples:
-        prompt = tokenizer(PROMPT_TEMPLATE.format(problem=example.prompt), add_special_tokens=False)["input_ids"]
+        prompt = tokenizer(contract.render_prompt(PROMPT_TEMPLATE, problem=example.prompt), add_special_tokens=False)["input_ids"]
         completion = tokenizer(example.completion, add_special_tokens=False)["input_ids"] + [eos] * example.ends
         pools[example.source == "code"].append((prompt, completion))
     batches = []
@@ -157,10 +158,10 @@ def answer_checker() -> tuple[str, Callable[[str, str], bool]]:
     """``(description, check(text, gold) -> bool)``: the project's math verifier when its pinned
     math-verify is installed, otherwise integer comparison of the last ``\\boxed{}``."""
     try:
-        from balagg.evaluation.math import verifier_info, verify_math
+        from balagg.evaluation.verify.math_verifier import verifier_info, verify_math
 
         info = verifier_info()
-        return f"{info['name']} {info['version']} (balagg.evaluation.math.verify_math)", verify_math
+        return f"{info['name']} {info['version']} (balagg.evaluation.verify.math_verifier.verify_math)", verify_math
     except (ImportError, RuntimeError) as error:
         log.info("math verifier unavailable (%s); using integer comparison of the last \\boxed{}", error)
 
@@ -182,7 +183,7 @@ def sample_completions(model, tokenizer, problems: list[str], samples_per_proble
 
     torch.manual_seed(seed)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    jobs = [(i, PROMPT_TEMPLATE.format(problem=p)) for i, p in enumerate(problems) for _ in range(samples_per_problem)]
+    jobs = [(i, contract.render_prompt(PROMPT_TEMPLATE, problem=p)) for i, p in enumerate(problems) for _ in range(samples_per_problem)]
     tokenizer.padding_side = "left"
     samples = []
     for start in range(0, len(jobs), batch_size):
@@ -299,7 +300,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
 
     torch.set_num_threads(1)
     raw_dir, out = Path(raw_dir), Path(out)
-    manifest_path = raw_dir / "manifest.json"
+    manifest_path = raw_dir / contract.RAW_MANIFEST_FILE
     if not manifest_path.is_file():
         raise ValueError(f"{raw_dir} has no manifest.json (run `python -m balagg tinyworld data` first)")
     manifest = json.loads(manifest_path.read_text())
@@ -345,7 +346,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     }
     card["regime"]["met"] = card["regime"]["all_in_regime"] and bool(card["regime"]["wrong_longer_in"])
     save_checkpoint(model, tokenizer, out, metadata={k: card[k] for k in ("model", "shape", "seed", "prompt_template")})
-    write_json(out / "card.json", card)  # undefined statistics (no wrong answer, no mixed group) -> null
+    write_json(out / contract.MODEL_CARD_FILE, card)  # undefined statistics (no wrong answer, no mixed group) -> null
     log.info(summary_line(size, card))
     return card
 

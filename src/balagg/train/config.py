@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from balagg.prompts import ANSWER_FORMATS, BOXED_TEMPLATE, PromptFormat
+from balagg import contract
+from balagg.prompts import ANSWER_FORMATS, PromptFormat
 from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
 
 OPERATIONAL_FIELDS = ("time_limit_minutes",)
@@ -49,7 +50,7 @@ class CellConfig:
     max_position_embeddings: int | None = None  # context override (balagg.context); None: the model's own
 
     # prompt and reward
-    prompt_template: str = BOXED_TEMPLATE  # the user turn; {problem} is replaced literally (balagg.prompts)
+    prompt_template: str = contract.MATH_TEMPLATE  # the user turn, rendered by balagg.contract.render_prompt
     use_chat_template: bool = True
     enable_thinking: bool | None = None  # chat template switch (Qwen3); None: the template's default
     answer_format: str = "boxed"  # "boxed": \boxed{...}; "answer-line": the last "Answer: ..." line
@@ -58,9 +59,9 @@ class CellConfig:
     overlong_buffer_enabled: bool = True
     overlong_buffer_len: int = 4096
     overlong_penalty_factor: float = 1.0
-    verifier_timeout_s: float = 10.0
-    verifier_workers: int = 2
-    verifier: str = "balagg.evaluation.math:verify_math"  # module:function; the evaluation's verifier
+    verifier_timeout_s: float = contract.VERIFIER.math_timeout_s
+    verifier_workers: int = contract.VERIFIER.workers
+    verifier: str = contract.VERIFIER.verifier  # module:function; the evaluation's verifier
     scale_rewards: str = "group"  # TRL: "group" (GRPO), "batch", "none" (Dr.GRPO)
 
     # DAPO recipe knobs
@@ -139,8 +140,7 @@ class CellConfig:
             )
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"cell config: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
-        if "{problem}" not in self.prompt_template:
-            raise ValueError("cell config: prompt_template must contain the placeholder {problem}")
+        contract.check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
         positive = ("num_generations", "prompts_per_step", "mini_batches", "micro_batch_size", "num_iterations",
                     "max_prompt_length", "max_completion_length", "total_steps", "save_every", "keep_checkpoints",
                     "num_processes", "torch_threads", "verifier_workers")

@@ -1,4 +1,5 @@
-"""Work-directory layout of one training cell and the atomic file operations on it (docs/files.md).
+"""Work-directory layout of one training cell and the atomic file operations on it (docs/files.md); the
+names come from :mod:`balagg.contract`.
 
     DIR/metrics.jsonl                  one line per optimiser step
     DIR/checkpoints/step-{N:06d}/      weights-only HF model + tokenizer (evaluation)
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from balagg import contract
 from balagg.errors import with_filename
 from balagg.io import atomic_write_text, json_line
 
@@ -33,48 +35,48 @@ class CellDir:
 
     @property
     def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
+        return self.root / contract.METRICS_FILE
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.root / contract.CHECKPOINTS_DIR
 
     @property
     def state(self) -> Path:
-        return self.root / "state"
+        return self.root / contract.STATE_DIR
 
     @property
     def log(self) -> Path:
-        return self.root / "train.log"
+        return self.root / contract.TRAIN_LOG_FILE
 
     @property
     def mlflow_run_id(self) -> Path:
-        return self.root / "mlflow_run_id"
+        return self.root / contract.MLFLOW_RUN_ID_FILE
 
     @property
     def lock(self) -> Path:
-        return self.root / "train.lock"
+        return self.root / contract.TRAIN_LOCK_FILE
 
     @property
     def verifier(self) -> Path:
-        return self.root / "verifier.json"
+        return self.root / contract.VERIFIER_COUNTS_FILE
 
     @property
     def stopped(self) -> Path:
-        return self.root / "stopped.json"
+        return self.root / contract.STOPPED_FILE
 
     def checkpoint(self, step: int) -> Path:
-        return self.checkpoints / f"step-{step:06d}"
+        return self.checkpoints / contract.step_dirname(step)
 
     def eval_checkpoints(self) -> list[tuple[int, Path]]:
         """Complete weights-only checkpoints (they appear only by atomic rename), by step."""
         if not self.checkpoints.is_dir():
             return []
         found = []
-        for path in self.checkpoints.glob("step-*"):
-            suffix = path.name.removeprefix("step-")
-            if path.is_dir() and suffix.isdigit() and len(suffix) == 6:
-                found.append((int(suffix), path))
+        for path in self.checkpoints.glob(contract.STEP_DIR_PREFIX + "*"):
+            step = contract.parse_step_dirname(path.name, strict=True)
+            if path.is_dir() and step is not None:
+                found.append((step, path))
         return sorted(found)
 
     def latest_resumable(self) -> Path | None:
@@ -83,12 +85,12 @@ class CellDir:
         best: tuple[int, Path] | None = None
         if not self.state.is_dir():
             return None
-        for path in self.state.glob("checkpoint-*"):
-            suffix = path.name.removeprefix("checkpoint-")
+        for path in self.state.glob(contract.RESUMABLE_PREFIX + "*"):
+            suffix = path.name.removeprefix(contract.RESUMABLE_PREFIX)
             if not suffix.isdigit():
                 continue
             try:
-                json.loads((path / "trainer_state.json").read_text())
+                json.loads((path / contract.TRAINER_STATE_FILE).read_text())
             except (OSError, ValueError):
                 continue
             if best is None or int(suffix) > best[0]:

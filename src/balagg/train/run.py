@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from balagg import contract
 from balagg.context import prepare_model
 from balagg.tracking import Tracker, cell_run_tags
 from balagg.train.config import CellConfig, grpo_config_kwargs
@@ -60,18 +61,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("+dirty" if dirty else "")
-
-
-def load_tokenizer(path: str):
-    """The tokenizer exactly as saved (tokenizer.json). AutoTokenizer would rebuild a Qwen2 tokenizer's
-    pipeline from its vocabulary and break character-level tokenizers (trl-cpu.md section 2.2)."""
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 LOGGERS = ("balagg", "balagg.train.steps", "transformers", "trl")
@@ -139,7 +128,7 @@ def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path,
     except (OSError, ValueError):
         verifier = {"spec": cell.verifier, "timeouts": None, "errors": None}
     # what the training attempts recorded (nothing is loaded or launched here)
-    context, distributed = (_read_record(cell_dir.root / name) for name in ("context.json", "distributed.json"))
+    context, distributed = (_read_record(cell_dir.root / name) for name in (contract.CONTEXT_FILE, contract.DISTRIBUTED_FILE))
     return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
 
 
@@ -203,7 +192,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
             cell_dir.metrics.unlink(missing_ok=True)
         log.info("cell %s: fresh start (config %s)", cell.output_name, cell.config_hash())
     else:
-        step = int(resume.name.removeprefix("checkpoint-"))
+        step = int(resume.name.removeprefix(contract.RESUMABLE_PREFIX))
         if main_process:
             truncate_metrics(cell_dir.metrics, step)
         if step >= cell.total_steps:
@@ -214,7 +203,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
                                         cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
 
-    tokenizer = load_tokenizer(cell.tokenizer)
+    tokenizer = contract.load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     dataset = build_prompts(cell, tokenizer)
@@ -286,6 +275,6 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         return {}
     verifier = {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors}
     write_json(cell_dir.verifier, verifier)
-    write_json(cell_dir.root / "context.json", context)
-    write_json(cell_dir.root / "distributed.json", distributed)
+    write_json(cell_dir.root / contract.CONTEXT_FILE, context)
+    write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
     return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)

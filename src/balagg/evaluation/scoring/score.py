@@ -1,13 +1,13 @@
 """Score ``generations.jsonl`` against the benchmark files: ``scores.jsonl`` and ``summary.json``.
 
-Per sample: math answers go through :func:`balagg.evaluation.math.verify_math` in a
-:class:`~balagg.evaluation.pool.VerifierPool` (a sample past the per-sample timeout, or whose verification
+Per sample: math answers go through :func:`balagg.evaluation.verify.math_verifier.verify_math` in a
+:class:`~balagg.evaluation.verify.pool.VerifierPool` (a sample past the per-sample timeout, or whose verification
 raises, scores 0 and is counted); code answers (the last fenced block after the reasoning, see
-:func:`~balagg.evaluation.math.strip_reasoning`) run in the :class:`~balagg.evaluation.sandbox.Sandbox`
+:func:`~balagg.evaluation.verify.math_verifier.strip_reasoning`) run in the :class:`~balagg.evaluation.verify.sandbox.Sandbox`
 and score 1 only if every test passes. Per problem: the 0/1 flags and truncation flags
-(``finish_reason == "length"``) of samples 0..n-1. Per benchmark (:mod:`balagg.evaluation.metrics`):
+(``finish_reason == "length"``) of samples 0..n-1. Per benchmark (:mod:`balagg.evaluation.scoring.metrics`):
 ``acc@n`` = mean over problems of c/n, ``best@n`` = share of problems with c > 0, ``best@n_bootstrap`` =
-verl's bootstrap best@n (:func:`~balagg.evaluation.metrics.bootstrap_best_at_n`), optional unbiased
+verl's bootstrap best@n (:func:`~balagg.evaluation.scoring.metrics.bootstrap_best_at_n`), optional unbiased
 ``pass@k``, problem and sample counts, truncation rate. ``mean``: the unweighted mean over the
 benchmarks present. File formats: docs/files.md.
 """
@@ -17,18 +17,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from balagg import contract
 from balagg.io import read_jsonl, write_json, write_jsonl
-from balagg.data.sources import BENCHMARKS
-from balagg.evaluation.math import parse_gold, strip_reasoning, verifier_info
-from balagg.evaluation.metrics import benchmark_metrics
-from balagg.evaluation.pool import VerifierPool
-from balagg.evaluation.sandbox import Sandbox, SandboxLimits, extract_code
+from balagg.evaluation.verify.math_verifier import parse_gold, strip_reasoning, verifier_info
+from balagg.evaluation.scoring.metrics import benchmark_metrics
+from balagg.evaluation.verify.pool import VerifierPool
+from balagg.evaluation.verify.sandbox import Sandbox, SandboxLimits, extract_code
 from balagg.prompts import answer_for_verifier
 
 log = logging.getLogger(__name__)
@@ -40,9 +39,9 @@ _GENERATION_KEYS = ("benchmark", "problem_id", "sample", "text", "finish_reason"
 class ScoreConfig:
     """How to score. ``pass_ks``: extra unbiased pass@k values to report (each must be <= n)."""
 
-    workers: int = 2
-    math_timeout_s: float = 10.0
-    code_timeout_s: float = 6.0
+    workers: int = contract.VERIFIER.workers
+    math_timeout_s: float = contract.VERIFIER.math_timeout_s
+    code_timeout_s: float = contract.VERIFIER.code_timeout_s
     pass_ks: tuple[int, ...] = ()
     allow_missing: bool = False
     sandbox_limits: SandboxLimits | None = None
@@ -59,7 +58,7 @@ class _Problem:
 
 def load_benchmark_records(benchmarks_dir: Path, name: str) -> dict[str, dict]:
     """``{id: record}`` of ``{benchmarks_dir}/{name}.jsonl``; a record without what scoring needs is an error."""
-    path = benchmarks_dir / f"{name}.jsonl"
+    path = benchmarks_dir / contract.dataset_filename(name)
     if not path.is_file():
         raise ValueError(f"benchmark file {path} not found")
     records: dict[str, dict] = {}
@@ -114,10 +113,9 @@ def group_generations(generations: Path, benchmarks_dir: Path, allow_missing: bo
                              "(pass allow_missing to score the rest)")
         if absent:
             log.warning("%s: %d problem(s) without generations are left out", name, len(absent))
-    # benchmark order of docs/files.md, then file order of problems
-    order = {name: i for i, name in enumerate(BENCHMARKS)}
+    # the paper's benchmark order, then file order of problems
     ordered = dict(sorted(problems.items(), key=lambda item: (
-        order.get(item[0][0], len(order)), item[0][0], list(records[item[0][0]]).index(item[0][1]))))
+        contract.benchmark_rank(item[0][0]), list(records[item[0][0]]).index(item[0][1]))))
     return ordered, sizes.pop()
 
 
@@ -177,15 +175,6 @@ def _score_code(problems: list[_Problem], config: ScoreConfig, counts: dict) -> 
             "max_processes": limits.max_processes, "max_output_bytes": limits.max_output_bytes}
 
 
-def _infer_step(*paths: Path) -> int | None:
-    for path in paths:
-        for part in reversed(path.resolve().parts):
-            match = re.fullmatch(r"step-(\d+)", part)
-            if match:
-                return int(match.group(1))
-    return None
-
-
 def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out_dir: str | os.PathLike,
           config: ScoreConfig | None = None, checkpoint: str | None = None, step: int | None = None) -> dict:
     """Write ``{out_dir}/scores.jsonl`` and ``{out_dir}/summary.json``; return the summary.
@@ -205,7 +194,7 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     math = [p for p in problems.values() if p.record["kind"] == "math"]
     code = [p for p in problems.values() if p.record["kind"] == "code"]
-    meta = generations.parent / "generation.json"
+    meta = generations.parent / contract.GENERATION_META_FILE
     generation = json.loads(meta.read_text()) if meta.is_file() else {}
     answer_format = config.answer_format or generation.get("config", {}).get("answer_format", "boxed")
     _score_math(math, config, counts, answer_format)
@@ -217,22 +206,22 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
         lines.append({"benchmark": name, "problem_id": pid, "correct": problem.flags, "truncated": truncated})
         per_benchmark[name].append((problem.flags, truncated))
     benchmarks = {}
+    acc, best, best_bootstrap = contract.eval_metrics(n)
     for name, rows in per_benchmark.items():
         metrics = benchmark_metrics([flags for flags, _ in rows], config.pass_ks)
-        entry = {f"acc@{n}": metrics["acc"], f"best@{n}": metrics["best"],
-                 f"best@{n}_bootstrap": metrics["best_bootstrap"], "n_problems": len(rows),
+        entry = {acc: metrics["acc"], best: metrics["best"], best_bootstrap: metrics["best_bootstrap"],
+                 "n_problems": len(rows),
                  "n_samples": len(rows) * n,
                  "truncation_rate": sum(sum(t) for _, t in rows) / (len(rows) * n)}
-        entry.update({key: value for key, value in metrics.items() if key.startswith("pass@")})
+        entry.update({contract.pass_metric(k): metrics[contract.pass_metric(k)] for k in config.pass_ks})
         entry.update(dict(counts.get(name, {})))
         benchmarks[name] = entry
-    mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks)
-            for key in (f"acc@{n}", f"best@{n}", f"best@{n}_bootstrap")}
+    mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks) for key in (acc, best, best_bootstrap)}
     if checkpoint is None:
         checkpoint = generation.get("checkpoint")
     summary = {
         "checkpoint": checkpoint,
-        "step": step if step is not None else _infer_step(out_dir, generations.parent),
+        "step": step if step is not None else contract.step_of_path(out_dir, generations.parent),
         "n": n,
         "verifier": verifier_info(),
         "answer_format": answer_format,
@@ -242,6 +231,6 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     if sandbox_info is not None:
         summary["code_sandbox"] = sandbox_info
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out_dir / "scores.jsonl", lines)
-    write_json(out_dir / "summary.json", summary)
+    write_jsonl(out_dir / contract.SCORES_FILE, lines)
+    write_json(out_dir / contract.SUMMARY_FILE, summary)
     return summary

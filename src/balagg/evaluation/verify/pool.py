@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-DEFAULT_VERIFIER = "balagg.evaluation.math:verify_math"
+from balagg import contract
 
 
 def _load(spec: str):
@@ -69,7 +69,8 @@ class _Worker:
 class VerifierPool:
     """``VerifierPool(workers, timeout_s).verify(pairs) -> PoolResult``; use as a context manager."""
 
-    def __init__(self, workers: int = 2, timeout_s: float = 10.0, verifier: str = DEFAULT_VERIFIER) -> None:
+    def __init__(self, workers: int = contract.VERIFIER.workers, timeout_s: float = contract.VERIFIER.math_timeout_s,
+                 verifier: str = contract.VERIFIER.verifier) -> None:
         if workers < 1:
             raise ValueError(f"need at least one worker, got {workers}")
         if timeout_s <= 0:

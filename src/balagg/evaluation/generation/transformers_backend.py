@@ -1,4 +1,4 @@
-"""Transformers backend for ``balagg.evaluation.generate``: batched ``model.generate`` on a CPU.
+"""Transformers backend for ``balagg.evaluation.generation.generate``: batched ``model.generate`` on a CPU.
 
 Sampling is done by :class:`SeededSampler`, a logits processor that draws each row's next token from
 that row's own ``torch.Generator`` (seeded with the request's seed) and hands ``generate`` a one-hot
@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from balagg.evaluation.generate import Completion, GenerationConfig, Request
+from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request
 
 
 class SeededSampler:

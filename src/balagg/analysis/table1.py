@@ -1,0 +1,192 @@
+"""Table 1: peak and last-step Acc@8 / Best@8 / Best@8 (bootstrap, verl's) (six-benchmark means) per
+dataset x model x aggregator.
+
+    python analysis/table1.py --campaign-dir results/X --out results/X/analysis \
+        [--paper-values analysis/paper_values.csv]
+
+Writes ``table1.csv`` (full precision, the step of each peak, seed spread, notes), ``table1.md`` and
+``table1.tex`` (the best value of each column within a (dataset, model) in bold). Peak = maximum over
+evaluated checkpoints after step 0 (the untrained model; its value is the CSV's ``step0_*``) of the
+seed-mean curve; last = the seed-mean at the setting's final step; with
+several seeds the cells read mean ± sample standard deviation. Cells that cannot be computed honestly
+(failed or missing runs, final checkpoint not evaluated) are blank, marked and explained in notes.
+
+``--paper-values`` (for the paper campaign) puts the published values beside ours with the difference
+(ours - paper); rows match by name ignoring case and punctuation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from balagg.analysis import MEAN, peak_and_last
+from balagg.analysis.campaign import METRICS
+from balagg.analysis.summarise import last_column, peak_column
+from balagg.analysis.errors import add_standard_errors
+from balagg.analysis.campaign import Campaign
+
+# best@8: any of the 8 samples correct; best@8 (bootstrap): verl's best@8/mean, which the paper most
+# likely reports (docs/files.md, summary.json)
+VALUE_COLUMNS: tuple[str, ...] = (*(peak_column(m) for m in METRICS), *(last_column(m) for m in METRICS))
+
+
+def metric_label(metric: str) -> str:
+    """``acc@8`` -> ``Acc@8``, ``best@8_bootstrap`` -> ``Best@8 (bootstrap)``."""
+    name, _, variant = metric.partition("_")
+    return name.capitalize() + (f" ({variant})" if variant else "")
+
+
+HEADERS = {column(metric): f"{kind} {metric_label(metric)}" for kind, column in (("Peak", peak_column), ("Last", last_column))
+           for metric in METRICS}
+DIGITS = 4
+GAP = "—"
+
+
+def normalise_name(name: str) -> str:
+    """``Qwen2.5-Math-7B`` and ``qwen25_math_7b`` compare equal."""
+    return re.sub(r"[^a-z0-9]", "", str(name).lower())
+
+
+def load_paper_values(path: Path) -> pd.DataFrame:
+    """``dataset,model,aggregator,metric,value,source`` rows; ``#`` lines are comments."""
+    frame = pd.read_csv(path, comment="#")
+    missing = {"dataset", "model", "aggregator", "metric", "value", "source"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"{path}: missing columns {sorted(missing)}")
+    unknown = set(frame.metric) - set(VALUE_COLUMNS)
+    if unknown:
+        raise ValueError(f"{path}: unknown metric(s) {sorted(unknown)}; expected {list(VALUE_COLUMNS)}")
+    return frame
+
+
+def _keys(frame: pd.DataFrame) -> pd.Series:
+    return frame[["dataset", "model", "aggregator"]].map(normalise_name).agg("|".join, axis=1)
+
+
+def compare_with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """One row per published value: ``dataset, model, aggregator, metric, paper, source, ours, diff``
+    (``diff`` = ours - paper; ``ours`` NaN where the campaign has no such row or value)."""
+    ours = table.assign(key=_keys(table)).set_index("key")
+    rows = []
+    for key, published in zip(_keys(paper), paper.itertuples(index=False)):
+        value = float(ours.at[key, published.metric]) if key in ours.index else math.nan
+        rows.append({"dataset": published.dataset, "model": published.model, "aggregator": published.aggregator,
+                     "metric": published.metric, "paper": float(published.value), "source": published.source,
+                     "ours": value, "diff": value - float(published.value), "in_campaign": key in ours.index})
+    return pd.DataFrame(rows, columns=["dataset", "model", "aggregator", "metric", "paper", "source", "ours",
+                                       "diff", "in_campaign"])
+
+
+def build_table(campaign: Campaign, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Our rows (:func:`~balagg.analysis.summarise.peak_and_last` of the six-benchmark mean; each row's peak
+    and last step are computed by :func:`~balagg.analysis.summarise.peak_and_last_of_group`), with ``paper_<metric>``,
+    ``paper_<metric>_source`` and ``diff_<metric>`` (ours - paper) beside each metric when ``paper`` is
+    given (NaN where the paper has no value)."""
+    table = add_standard_errors(peak_and_last(campaign, (MEAN,)).drop(columns="benchmark"), campaign)
+    if paper is None:
+        return table
+    published = paper.assign(key=_keys(paper))
+    key = _keys(table)
+    for metric in VALUE_COLUMNS:
+        rows = published[published.metric == metric].set_index("key")
+        table[f"paper_{metric}"] = key.map(rows["value"]).astype(float)
+        table[f"paper_{metric}_source"] = key.map(rows["source"])
+        table[f"diff_{metric}"] = table[metric] - table[f"paper_{metric}"]
+    return table
+
+
+def best_mask(table: pd.DataFrame) -> pd.DataFrame:
+    """True where a value is the best (highest, at display precision) of its column in its (dataset, model)."""
+    rounded = table[list(VALUE_COLUMNS)].round(DIGITS)
+    best = rounded.groupby([table.dataset, table.model]).transform("max")
+    return (rounded == best) & rounded.notna()
+
+
+def _cell_text(row: pd.Series, metric: str, bold: bool, latex: bool) -> str:
+    value = row[metric]
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "--" if latex else GAP
+    text = f"{value:.{DIGITS}f}"
+    spread = row.get(f"{metric}_std")
+    if spread is not None and not (isinstance(spread, float) and math.isnan(spread)):
+        text += (r" $\pm$ " if latex else " ± ") + f"{spread:.{DIGITS}f}"
+    error = row.get(f"{metric}_se")
+    if error is not None and not (isinstance(error, float) and math.isnan(error)):
+        text += f" (SE {error:.{DIGITS}f})"
+    if bold:
+        text = rf"\textbf{{{text}}}" if latex else f"**{text}**"
+    return text
+
+
+def _notes(table: pd.DataFrame) -> dict[int, int]:
+    """Row index -> note number, for rows with a note."""
+    numbered = [i for i, note in table.note.items() if isinstance(note, str) and note]
+    return {i: n for n, i in enumerate(numbered, start=1)}
+
+
+def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFrame | None = None) -> str:
+    bold, notes = best_mask(table), _notes(table)
+    lines = [f"# Table 1: {campaign_name}", "",
+             "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
+             "last: final step. Mean ± sample std over seeds where there are several; (SE): standard error over "
+             "problems at that step (balagg.analysis.errors; the peak's is not corrected for choosing the maximum). "
+             f"Bold: best per (dataset, model). {GAP}: no honest value (see notes).", "",
+             "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
+             "|---|---|---|" + "---:|" * len(VALUE_COLUMNS) + "---:|"]
+    previous = None
+    for i, row in table.iterrows():
+        setting = (row.dataset, row.model)
+        head = ["", ""] if setting == previous else [row.dataset, row.model]
+        previous = setting
+        aggregator = row.aggregator + (f" [{notes[i]}]" if i in notes else "")
+        values = [_cell_text(row, m, bool(bold.at[i, m]), latex=False) for m in VALUE_COLUMNS]
+        lines.append("| " + " | ".join([*head, aggregator, *values, f"{row.n_seeds}/{row.n_seeds_grid}"]) + " |")
+    if notes:
+        lines += ["", "Notes:", ""]
+        lines += [f"{n}. {table.at[i, 'model']} / {table.at[i, 'dataset']} / {table.at[i, 'aggregator']}: "
+                  f"{table.at[i, 'note']}" for i, n in notes.items()]
+    if comparison is not None:
+        lines += ["", "## Against the paper", "",
+                  "Ours − paper, six-benchmark means. Source `paper`: the paper's Table 1; `digest-unconfirmed`: "
+                  "a third-party digest of the paper, not confirmed. Names match ignoring case and punctuation.",
+                  "", "| Dataset | Model | Aggregator | Metric | Paper | Source | Ours | Ours − paper |",
+                  "|---|---|---|---|---:|---|---:|---:|"]
+        for r in comparison.itertuples(index=False):
+            ours = ("not in campaign" if not r.in_campaign else GAP) if pd.isna(r.ours) else f"{r.ours:.{DIGITS}f}"
+            diff = GAP if pd.isna(r.diff) else f"{r.diff:+.{DIGITS}f}"
+            lines.append(f"| {r.dataset} | {r.model} | {r.aggregator} | {HEADERS[r.metric]} | "
+                         f"{r.paper:.{DIGITS}f} | {r.source} | {ours} | {diff} |")
+    return "\n".join(lines) + "\n"
+
+
+def _tex_escape(text: str) -> str:
+    return re.sub(r"([&%$#_{}])", r"\\\1", str(text))
+
+
+def to_latex(table: pd.DataFrame, campaign_name: str) -> str:
+    bold, notes = best_mask(table), _notes(table)
+    lines = [rf"% Table 1 of campaign {_tex_escape(campaign_name)}, generated by analysis/table1.py",
+             r"\begin{tabular}{lll" + "r" * len(VALUE_COLUMNS) + "}", r"\toprule",
+             rf" & & & \multicolumn{{{len(METRICS)}}}{{c}}{{Peak}} & \multicolumn{{{len(METRICS)}}}{{c}}{{Last step}} \\",
+             r"Dataset & Model & Aggregator & " + " & ".join(metric_label(m) for m in (*METRICS, *METRICS)) + r" \\",
+             r"\midrule"]
+    previous = None
+    for i, row in table.iterrows():
+        setting = (row.dataset, row.model)
+        if previous is not None and setting != previous:
+            lines.append(r"\midrule")
+        head = ["", ""] if setting == previous else [_tex_escape(row.dataset), _tex_escape(row.model)]
+        previous = setting
+        aggregator = _tex_escape(row.aggregator) + (rf"$^{{{notes[i]}}}$" if i in notes else "")
+        values = [_cell_text(row, m, bool(bold.at[i, m]), latex=True) for m in VALUE_COLUMNS]
+        lines.append(" & ".join([*head, aggregator, *values]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [rf"% {n}: {_tex_escape(table.at[i, 'note'])}" for i, n in notes.items()]
+    if notes:
+        lines.append(r"\par\footnotesize")
+        lines += [rf"$^{{{n}}}$ {_tex_escape(table.at[i, 'note'])}\\" for i, n in notes.items()]
+    return "\n".join(lines) + "\n"

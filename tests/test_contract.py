@@ -1,0 +1,231 @@
+"""balagg.contract: what the stages share is one value, and every stage reads that value."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from balagg import contract
+from balagg.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+
+
+def schema_defaults(section: str) -> dict:
+    properties = yaml.safe_load(SCHEMA.read_text())["properties"][section]["properties"]
+    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+
+
+def subcommand(*names: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m balagg NAME [ACTION]``."""
+    parser = build_parser()
+    for name in names:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
+
+
+def defaults_of(parser: argparse.ArgumentParser) -> dict:
+    return {action.dest: action.default for action in parser._actions if action.dest != "help"}
+
+
+# ---- one default, stated by the schema, the dataclasses and every command line ----------------------
+
+@pytest.mark.parametrize(("section", "defaults"), [
+    ("eval", contract.EVAL), ("tinyworld", contract.TINYWORLD), ("analysis", contract.ANALYSIS),
+    ("data", contract.DATA)])
+def test_schema_defaults_equal_the_contracts(section, defaults):
+    assert schema_defaults(section) == dataclasses.asdict(defaults)
+
+
+def test_generate_defaults_are_the_workflows():
+    from balagg.evaluation.generation.requests import GenerationConfig
+
+    config, flags = GenerationConfig(), defaults_of(subcommand("generate"))
+    for key in ("n", "temperature", "top_p", "max_tokens", "seed", "batch_size"):
+        assert getattr(config, key) == getattr(contract.EVAL, key) == flags[key], key
+    assert config.math_template == flags["math_template"] == contract.MATH_TEMPLATE
+
+
+def test_score_and_reward_use_one_verifier_setting():
+    from balagg.evaluation.scoring.score import ScoreConfig
+    from balagg.train.config import CellConfig
+
+    flags, score = defaults_of(subcommand("score")), ScoreConfig()
+    assert flags["workers"] == score.workers == contract.VERIFIER.workers
+    assert flags["math_timeout"] == score.math_timeout_s == contract.VERIFIER.math_timeout_s
+    assert flags["code_timeout"] == score.code_timeout_s == contract.EVAL.code_timeout_s
+    cell = {f.name: f.default for f in dataclasses.fields(CellConfig)}
+    assert (cell["verifier"], cell["verifier_timeout_s"], cell["verifier_workers"]) == (
+        contract.VERIFIER.verifier, contract.VERIFIER.math_timeout_s, contract.VERIFIER.workers)
+    module, _, function = contract.VERIFIER.verifier.partition(":")
+    assert callable(getattr(__import__(module, fromlist=[function]), function))
+
+
+def test_tinyworld_and_prepare_data_defaults_are_the_workflows():
+    data, model = defaults_of(subcommand("tinyworld", "data")), defaults_of(subcommand("tinyworld", "model"))
+    assert (data["seed"], data["train_problems"], data["bench_problems"]) == (
+        contract.TINYWORLD.seed, contract.TINYWORLD.train_problems, contract.TINYWORLD.bench_problems)
+    assert (model["seed"], model["sft_steps"]) == (contract.TINYWORLD.seed, contract.TINYWORLD.sft_steps)
+    assert defaults_of(subcommand("prepare-data"))["on_bad_row"] == contract.DATA.on_bad_row
+
+
+@pytest.mark.parametrize("script", ["figure2", "figure3"])
+def test_figure_scripts_smooth_by_the_workflows_default(script):
+    help_text = subprocess.run([sys.executable, str(REPO / "analysis" / f"{script}.py"), "--help"],
+                               capture_output=True, text=True, timeout=120, check=True).stdout
+    assert f"default {contract.ANALYSIS.smoothing}" in " ".join(help_text.split())
+
+
+# ---- a model's train overrides are typed like the train section ---------------------------------------
+
+def campaign(**model_train) -> dict:
+    return {"campaign": "c", "aggregators": ["seq-agg"], "benchmarks": {"math500": "tinyworld"},
+            "datasets": {"d": {"loader": "dapo-math-17k", "source": "tinyworld"}},
+            "models": {"m": {"path": "tinyworld", "train": model_train}},
+            "train": {"total_steps": 4, "eval_every": 2}}
+
+
+def validate(config: dict) -> None:
+    from snakemake.utils import validate as snakemake_validate
+
+    snakemake_validate(config, str(SCHEMA))
+
+
+@pytest.mark.parametrize("override", [{"aggregator": "token-agg"}, {"seed": 3}, {"dataset_name": "x"},
+                                      {"learning_rate": "fast"}, {"total_stpes": 8}])
+def test_a_models_train_overrides_are_typed_and_cannot_rename_the_cell(override):
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError, match=next(iter(override))):
+        validate(campaign(**override))
+
+
+def test_a_model_may_override_part_of_the_train_section():
+    validate(campaign(total_steps=8, learning_rate=1e-5))
+    config = campaign()
+    del config["train"]["eval_every"]
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError, match="eval_every"):
+        validate(config)
+
+
+# ---- layout -----------------------------------------------------------------------------------------------
+
+def test_step_folders_round_trip_and_the_trainer_writes_them(tmp_path):
+    from balagg.train.files import CellDir
+
+    assert contract.step_dirname(40) == "step-000040"
+    assert contract.parse_step_dirname("step-000040", strict=True) == 40
+    assert contract.parse_step_dirname("step-40") == 40 and contract.parse_step_dirname("step-40", strict=True) is None
+    assert contract.parse_step_dirname("checkpoint-40") is None
+    cell = CellDir(tmp_path)
+    cell.checkpoint(7).mkdir(parents=True)
+    (cell.checkpoints / "step-7").mkdir()  # not written by the trainer: ignored
+    assert cell.eval_checkpoints() == [(7, cell.checkpoint(7))]
+    assert contract.step_of_path(tmp_path / "x" / contract.eval_step_relpath(12)) == 12
+    assert contract.eval_step_relpath("{step}", contract.SUMMARY_FILE) == "eval/step-{step}/summary.json"
+    assert contract.checkpoint_relpath(0) == "train/checkpoints/step-000000"
+
+
+def test_benchmark_order_is_the_papers():
+    assert contract.benchmark_order(["minerva", "zeta", "math500", "mean", "alpha"]) == (
+        "math500", "minerva", "alpha", "zeta")
+    from balagg.tinyworld.raw import LAYOUT
+
+    assert set(LAYOUT) == set(contract.BENCHMARKS) | set(contract.TRAINING_SETS)
+
+
+# ---- metric names follow n ---------------------------------------------------------------------------------
+
+def summary(step: int, n: int, value: float) -> dict:
+    acc, best, best_bootstrap = contract.eval_metrics(n)
+    values = {acc: value, best: value, best_bootstrap: value / 2}
+    entry = {**values, "n_problems": 1, "n_samples": n, "truncation_rate": 0.0}
+    return {"step": step, "n": n, "benchmarks": {"math500": entry}, "mean": values}
+
+
+def test_a_curve_of_n_samples_has_filled_acc_at_n_columns(tmp_path):
+    paths = []
+    for step in (0, 2):
+        path = tmp_path / f"{step}.json"
+        path.write_text(json.dumps(summary(step, 4, 0.25 * (step + 1))))
+        paths.append(str(path))
+    assert main(["curve", "--out", str(tmp_path / "curve.csv"), *paths]) == 0
+    rows = list(csv.DictReader((tmp_path / "curve.csv").open()))
+    assert list(rows[0]) == list(contract.summary_columns(4))
+    assert [row["acc@4"] for row in rows] == ["0.25", "0.25", "0.75", "0.75"]
+
+    from balagg.tracking import eval_metrics
+
+    assert eval_metrics(rows)[2] == {
+        f"eval/{benchmark}/{metric}": value for benchmark in ("math500", "mean")
+        for metric, value in (("acc_at_4", 0.75), ("best_at_4", 0.75), ("best_at_4_bootstrap", 0.375))}
+
+
+def test_a_curve_refuses_summaries_of_different_n(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(summary(0, 4, 0.5)))
+    b.write_text(json.dumps(summary(2, 8, 0.5)))
+    assert main(["curve", "--out", str(tmp_path / "curve.csv"), str(a), str(b)]) == 2
+    assert "n=4" in capsys.readouterr().err
+
+
+def test_the_analysis_names_a_curve_of_another_n(tmp_path):
+    from balagg.analysis import load_campaign
+
+    cell = tmp_path / "camp" / contract.cell_relpath("m", "d", "seq-agg", 0)
+    (cell / "eval").mkdir(parents=True)
+    rows = [{"step": 0, "benchmark": b, "acc@4": 0.5, "best@4": 0.5} for b in ("math500", "mean")]
+    with (cell / "eval" / "curve.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    problems = [p for p in load_campaign(tmp_path / "camp").problems if p.kind == "bad-file"]
+    assert problems and "n=4" in problems[0].message and "acc@8" in problems[0].message
+
+
+# ---- one prompt rendering -----------------------------------------------------------------------------------
+
+def test_render_prompt_keeps_braces_and_substitutes_once():
+    template = "Q: {problem}\n\\boxed{} {other} {code_instructions}"
+    assert contract.render_prompt(template, problem="{code_instructions} x^{2}", code_instructions="C") == (
+        "Q: {code_instructions} x^{2}\n\\boxed{} {other} C")
+    with pytest.raises(ValueError, match="prompt must contain the placeholder"):
+        contract.check_template("no placeholder", ("problem",), "prompt")
+
+
+def test_training_and_evaluation_render_a_braced_template_alike(tmp_path):
+    pytest.importorskip("datasets")
+    from balagg.evaluation.generation.generate import user_message
+    from balagg.evaluation.generation.requests import GenerationConfig
+    from balagg.tinyworld.model import build_tokenizer
+    from balagg.train.config import CellConfig
+    from balagg.train.data import build_prompts
+
+    template = "{problem} Put it in \\boxed{}; {braces} stay."
+    problem = "Compute {1+2}."
+    (tmp_path / "t.jsonl").write_text(json.dumps({"id": "a", "problem": problem, "answer": "3"}) + "\n")
+    cell = CellConfig(model="m", train_files=[str(tmp_path / "t.jsonl")], aggregator="seq-agg", seed=0,
+                      prompt_template=template, use_chat_template=False, prompts_per_step=1, num_generations=2,
+                      mini_batches=1, micro_batch_size=2, save_every=1, max_prompt_length=200,
+                      max_completion_length=64, overlong_buffer_len=32)
+    trained = build_prompts(cell, build_tokenizer())[0]["prompt"]
+    evaluated = user_message({"kind": "math", "problem": problem}, GenerationConfig(math_template=template))
+    assert trained == evaluated == "Compute {1+2}. Put it in \\boxed{}; {braces} stay."
+
+
+def test_the_contract_imports_nothing_heavy():
+    probe = ("import sys, balagg.contract; heavy = {'torch', 'transformers', 'pandas', 'numpy', 'yaml'} & "
+             "set(sys.modules); assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)

@@ -70,13 +70,13 @@ def test_table1_has_one_finite_row_per_aggregator(smoke):
 
 def test_figures_have_one_series_per_aggregator(smoke):
     campaign = load_campaign(smoke / "results/smoke")
-    figure2 = figure2.make_figure(campaign, smoothing=1)
-    (panel,) = figure2.axes
+    loss_figure = figure2.make_figure(campaign, smoothing=1)
+    (panel,) = loss_figure.axes
     smoothed = [line for line in panel.get_lines() if line.get_gid() == "smoothed"]
     assert sorted(line.get_label() for line in smoothed) == AGGREGATORS
     assert all(len(line.get_xdata()) == 4 for line in smoothed)
-    figure3 = figure3.make_figure(campaign)
-    for axis in figure3.axes:
+    length_figure = figure3.make_figure(campaign)
+    for axis in length_figure.axes:
         assert len([line for line in axis.get_lines() if line.get_gid() == "smoothed"]) == 3
     for name in ("figure1", "figure2", "figure3"):
         assert (smoke / f"results/smoke/analysis/{name}.png").stat().st_size > 0

@@ -44,7 +44,10 @@ SPARED = ("sandbox_launcher", "resource_tracker")
 """Processes never killed: a code sample's sandbox (its death is the sample's failure, by design) and
 multiprocessing's bookkeeping."""
 SKIPPED_PARTS = ("logs", "benchmarks", "state", "mlartifacts")
-SKIPPED_NAMES = ("train.log", "train.lock", "mlflow.db", "mlflow.db.setup.lock", "stopped.json")
+SKIPPED_NAMES = ("train.log", "train.lock", "mlflow.db", "mlflow.db.setup.lock", "stopped.json",
+                 "report.html")  # the report embeds the compared artifacts plus Snakemake's run times
+ID_FILES = ("mlflow_run_id",)
+"""Plain-text files that hold only a run id (another store, another id)."""
 
 
 # ---- normalising and comparing output trees --------------------------------------------------------
@@ -72,7 +75,7 @@ def normalise(path: Path, root: Path) -> bytes:
         return "\n".join(lines).encode()
     if path.suffix == ".pdf":
         return re.sub(rb"/CreationDate \([^)]*\)", b"", data)
-    if path.suffix in (".csv", ".md", ".tex", ".txt"):
+    if path.suffix in (".csv", ".md", ".tex", ".txt") or path.name in ID_FILES:
         return RUN_ID.sub("<id>", data.decode().replace(text_root, "<root>")).encode()
     return data
 

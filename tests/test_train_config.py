@@ -68,6 +68,10 @@ def test_config_hash_depends_on_content_only(tmp_path):
     path = tmp_path / "cell.json"
     path.write_text(json.dumps(BASE))
     assert CellConfig.load(path).config_hash() == cell().config_hash() != cell(seed=2).config_hash()
+    # where a cell is logged and how long its job may run change nothing it trains (the chaos test's two
+    # checkouts log into two stores)
+    assert cell(mlflow_tracking_uri="sqlite:////elsewhere/mlflow.db", mlflow_experiment="other",
+                time_limit_minutes=30).config_hash() == cell().config_hash()
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         CellConfig.load(path)

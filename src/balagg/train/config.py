@@ -30,8 +30,9 @@ from balagg import contract
 from balagg.prompts import ANSWER_FORMATS, PromptFormat
 from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
 
-OPERATIONAL_FIELDS = ("time_limit_minutes",)
-"""Fields that change how a job is run but not what it trains (left out of the config hash)."""
+OPERATIONAL_FIELDS = ("time_limit_minutes", "mlflow_tracking_uri", "mlflow_experiment")
+"""Fields that change how a job is run or where it is logged, not what it trains (left out of the config
+hash, so the hash of a cell does not depend on the checkout's folder or the job's time limit)."""
 
 @dataclass
 class CellConfig:

@@ -56,6 +56,16 @@ def test_rehearsal_changes_only_sizes():
     assert set(overlay["aggregators"]) <= set(paper["aggregators"])
 
 
+def test_rehearsal_dag_builds_with_the_papers_settings(tmp_path):
+    """Every cell's config is built and checked while the DAG is built (batch shape, group-preserving
+    mini-batches, context): the rehearsal's sizes must pass the paper's own checks, no cluster needed."""
+    checkout = copy_workflow(tmp_path)
+    done = snakemake("-n", "--quiet", "rules", "--configfile", "configs/paper.yaml", "configs/rehearsal.yaml",
+                     cwd=checkout)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    assert "train" in done.stdout
+
+
 # ---- on the local Slurm cluster
 
 from test_slurm import CLUSTER_ENV, NO_CLUSTER, SUBMITTED, job_record  # noqa: E402

@@ -303,7 +303,8 @@ _AS_SAVED = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
 def load_tokenizer(path: str | os.PathLike):
-    """A checkpoint's tokenizer, used alike by training, evaluation and the tiny world.
+    """A checkpoint's tokenizer, used alike by training, evaluation and the tiny world; ``path`` is a
+    folder or a hub id resolved offline to its cached snapshot.
 
     When ``tokenizer_config.json`` names ``PreTrainedTokenizerFast`` or ``TokenizersBackend`` (what the
     tiny world's character-level tokenizer saves) the saved ``tokenizer.json`` is loaded as it is: for a
@@ -313,6 +314,11 @@ def load_tokenizer(path: str | os.PathLike):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     path = Path(path)
+    if not path.is_dir():  # a hub id: its snapshot in the local hub cache (never downloads)
+        from balagg.hub import is_hub_id, resolve_snapshot
+
+        if is_hub_id(path):
+            path = resolve_snapshot(str(path))
     config_path = path / "tokenizer_config.json"
     if not config_path.is_file() and not (path / "tokenizer.json").is_file():
         raise ValueError(f"{path} has no tokenizer (tokenizer_config.json / tokenizer.json)")

@@ -63,12 +63,8 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        cell_paths(CURVE),
-        cell_paths(f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"),
-        analysis_targets(),
-        f"{RESULTS}/analysis/mlflow.json",
+        campaign_targets(),
         f"{RESULTS}/report.html",
-        [f"{RESULTS}/data/card.json"] if tinyworld_cards() else [],
 
 
 onsuccess:

@@ -207,3 +207,23 @@ def test_an_interrupted_retrain_leaves_the_cell_incomplete_not_an_old_curve_stan
     counts = job_counts(snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout)
     assert counts["train"] == 1 and counts["collect_curve"] == 1 and counts["table1"] == 1
     assert counts["generate"] == 2 and counts["mlflow_log_eval"] == 1
+
+
+def test_the_report_is_built_after_every_other_job(workdir):
+    """`snakemake --report` (nested in the report rule) refuses a DAG with a file still being written, so
+    every job of the campaign but `all` must be upstream of the report job, MLflow logging included."""
+    dot = snakemake("-F", "--dag", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout
+    rules = {node: label.split("\\n")[0] for node, label in re.findall(r'^\s*(\d+)\[label = "([^"]*)"', dot, re.M)}
+    parents: dict[str, set[str]] = {}
+    for source, target in re.findall(r"^\s*(\d+) -> (\d+)", dot, re.M):
+        parents.setdefault(target, set()).add(source)
+    (report,) = [node for node, rule in rules.items() if rule == "report"]
+    upstream, frontier = set(), [report]
+    while frontier:
+        for parent in parents.get(frontier.pop(), ()):
+            if parent not in upstream:
+                upstream.add(parent)
+                frontier.append(parent)
+    left_out = sorted(rules[node] for node in rules if node not in upstream | {report} and rules[node] != "all")
+    assert "mlflow_log_analysis" in rules.values()
+    assert not left_out, f"jobs that may still run while the report is built: {left_out}"

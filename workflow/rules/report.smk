@@ -8,7 +8,7 @@ import sys
 rule report:
     """results/{campaign}/report.html: Snakemake's self-contained report of the campaign."""
     input:
-        analysis_targets(),
+        campaign_targets(),
     output:
         f"{RESULTS}/report.html",
     params:

@@ -35,7 +35,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ("Snakefile", "workflow", "configs", "envs", "analysis")
+WORKFLOW_FILES = ("Snakefile", "workflow", "configs", "envs", "analysis", "src")
+"""What each tree gets: its own src/ too (jobs import <tree>/src, see the Snakefile's shell prefix), so
+both trees run the same code even if the repository changes meanwhile, and record the same git_commit
+(none: the trees are outside git)."""
 CAMPAIGN = "smoke"
 WALL_CLOCK_KEY = re.compile(r"(^|[_/])(seconds|cpu_seconds|step_seconds|tokens_per_s|elapsed|duration|"
                             r"timestamp|started|finished|created|wall_s|time)$")
@@ -166,10 +169,11 @@ def snakemake_command(cores: int, *extra: str) -> list[str]:
             "configs/smoke.yaml", *extra]
 
 
-def environment() -> dict:
+def environment(folder: Path) -> dict:
+    """Snakemake's environment for one tree: the venv first on PATH, the tree's own src/ importable."""
     bin_dir = Path(sys.executable).parent
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)}
+            "PYTHONPATH": f"{folder / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}".rstrip(os.pathsep)}
 
 
 def job_processes(root_pid: int) -> list:
@@ -205,10 +209,10 @@ def describe(process) -> str:
 
 def run_round(folder: Path, cores: int, rng: random.Random, kill_after: float | None, log) -> dict:
     """One Snakemake run; if ``kill_after`` is set, kill -9 something at that moment."""
-    subprocess.run(snakemake_command(cores, "--unlock"), cwd=folder, env=environment(), capture_output=True)
+    subprocess.run(snakemake_command(cores, "--unlock"), cwd=folder, env=environment(folder), capture_output=True)
     started = time.monotonic()
     with open(folder / "chaos-snakemake.log", "a") as out:
-        process = subprocess.Popen(snakemake_command(cores, "--rerun-incomplete"), cwd=folder, env=environment(),
+        process = subprocess.Popen(snakemake_command(cores, "--rerun-incomplete"), cwd=folder, env=environment(folder),
                                    stdout=out, stderr=subprocess.STDOUT)
         kill = None
         if kill_after is not None:

@@ -4,8 +4,9 @@ its first useful line of work, and which heavy packages are loaded by then.
     python bench/startup.py [--repeat 3]
 
 "First useful work" is the first time the command opens its main input (an audit hook on ``open``
-and ``sqlite3.connect``): the model weights for generate, the training set for train, the generations
-for score, and so on; the command is stopped there. Each command runs on a small real fixture built
+and ``sqlite3.connect``; ``name#k``: its k-th opening): the model weights for generate and train (their
+second opening: the first reads only the header, to refuse a truncated file before any import), the
+generations for score, and so on; the command is stopped there. Each command runs on a small real fixture built
 here (tiny-world data, an untrained tiny model), so the figures are what every workflow job of that
 rule pays before it works. The median of ``--repeat`` runs is printed.
 """
@@ -28,6 +29,8 @@ HEAVY = ("torch", "transformers", "trl", "accelerate", "mlflow", "sklearn", "pan
 PROBE = r"""
 import atexit, os, resource, runpy, sys, time
 marker, args = sys.argv[1], sys.argv[2:]
+marker, _, nth = marker.partition("#")
+seen = [0]
 def report():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     heavy = sorted({m.split(".")[0] for m in sys.modules} & set(os.environ["BENCH_HEAVY"].split(",")))
@@ -37,7 +40,9 @@ def hook(event, hook_args):
     if event == "sqlite3.connect" and marker == "sqlite":
         report()
     if event == "open" and isinstance(hook_args[0], str) and marker != "sqlite" and hook_args[0].endswith(marker):
-        report()
+        seen[0] += 1
+        if seen[0] >= int(nth or 1):
+            report()
 sys.addaudithook(hook)
 atexit.register(report)  # no marker met (or none given): the whole run, --help's SystemExit included
 sys.argv = ["balagg", *args]
@@ -65,7 +70,7 @@ def fixture(root: Path) -> None:
     cell = {"model": "model", "train_files": ["train.jsonl"], "aggregator": "balanced-agg", "seed": 0,
             "use_chat_template": False, "prompt_template": "{problem}", "num_generations": 2, "prompts_per_step": 2,
             "mini_batches": 1, "micro_batch_size": 4, "max_prompt_length": 64, "max_completion_length": 8,
-            "total_steps": 1, "save_every": 1, "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}"}
+            "total_steps": 1, "save_every": 1, "overlong_buffer_enabled": False, "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}"}
     (root / "cell.json").write_text(json.dumps(cell))
     (root / "campaign/analysis").mkdir(parents=True)
     (root / "campaign/analysis/table1.md").write_text("| model | acc |\n|---|---|\n")
@@ -78,8 +83,8 @@ COMMANDS = [
     ("tinyworld data", "manifest.json", ["tinyworld", "data", "--out", "raw2", "--train-problems", "8", "--bench-problems", "1"]),
     ("tinyworld model", "raw/manifest.json", ["tinyworld", "model", "--size", "tiny-s", "--raw", "raw", "--out", "m2"]),
     ("prepare-data", "dapo-math-17k.parquet", ["prepare-data", "--dataset", "dapo-math-17k", "--source", "raw/dapo-math-17k", "--out", "t2.jsonl"]),
-    ("train", "model.safetensors", ["train", "--cell", "cell.json", "--workdir", "w", "--out", "w/manifest.json"]),
-    ("generate", "model.safetensors", ["generate", "--checkpoint", "model", "--out", "g", "--benchmarks-dir", "bench",
+    ("train", "model.safetensors#2", ["train", "--cell", "cell.json", "--workdir", "w", "--out", "w/manifest.json"]),
+    ("generate", "model.safetensors#2", ["generate", "--checkpoint", "model", "--out", "g", "--benchmarks-dir", "bench",
                                        "--benchmarks", "math500", "--n", "2", "--max-tokens", "8", "--prompt-style", "plain"]),
     ("score", "generations.jsonl", ["score", "--generations", "eval/step-000000/generations.jsonl", "--out", "s/step-000000",
                                     "--benchmarks-dir", "bench", "--workers", "1"]),
@@ -95,7 +100,8 @@ def measure(root: Path, marker: str, args: list[str]) -> tuple[float, float, str
     result = subprocess.run([sys.executable, "-c", PROBE, marker, *[a.format(root=root) for a in args]],
                             cwd=root, capture_output=True, text=True, env=env)
     line = next((l for l in result.stderr.splitlines() if l.startswith("STARTUP ")), None)
-    if line is None:
+    failed = any(l.startswith("error:") for l in result.stderr.splitlines())  # stopped before its first work
+    if line is None or failed:
         raise RuntimeError(f"{args[0]}: no start-up line (exit {result.returncode}): {result.stderr[-800:]}")
     _, stamp, cpu, *heavy = line.split(" ")
     return float(stamp) - start, float(cpu), heavy[0] if heavy else ""

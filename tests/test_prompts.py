@@ -142,6 +142,27 @@ def test_reward_and_scoring_agree_on_the_answer_line(tmp_path):
     assert boxed["answer_format"] == "boxed"
 
 
+def test_boxed_strict_reads_no_answer_without_a_box_in_reward_scoring_and_the_tiny_models_card():
+    """A truncated loop ending on a right value is credited by math-verify's last-expression fallback
+    under ``boxed``; under ``boxed-strict`` (the laboratory) it is no answer, in all three readers."""
+    from balagg.rewards import MathReward
+    from balagg.tinyworld.warmstart import answer_checker
+
+    loop, boxed = "3+6=9. 3+6=9. 3+6=9. 3+6=9", "3+6=9. \\boxed{9}"
+    assert answer_for_verifier(loop, "boxed-strict") is None
+    assert answer_for_verifier(boxed, "boxed-strict") == boxed
+    loose, strict = answer_checker("boxed")[1], answer_checker("boxed-strict")[1]
+    assert loose(loop, "9") and not strict(loop, "9")
+    assert loose(boxed, "9") and strict(boxed, "9") and not strict("\\boxed{8}", "9")
+    reward = MathReward(answer_format="boxed-strict", reward_correct=1.0, reward_incorrect=0.0,
+                        max_completion_length=100, overlong_buffer_len=None, overlong_penalty_factor=1.0,
+                        timeout_s=10.0, workers=1)
+    try:
+        assert reward([loop, boxed], [[0], [0]], ["9", "9"]) == [0.0, 1.0]
+    finally:
+        reward.close()
+
+
 def test_paper_grid_example_cell_and_docs_make_one_prompt_choice_per_model():
     paper = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
     for name, spec in paper["models"].items():

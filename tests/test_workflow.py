@@ -227,3 +227,33 @@ def test_the_report_is_built_after_every_other_job(workdir):
     left_out = sorted(rules[node] for node in rules if node not in upstream | {report} and rules[node] != "all")
     assert "mlflow_log_analysis" in rules.values()
     assert not left_out, f"jobs that may still run while the report is built: {left_out}"
+
+
+def test_changing_one_aggregators_setting_reruns_only_its_cells(workdir):
+    """`train: {scope: group}` changes what token-agg trains (its default scope is the batch) and nothing
+    else: after a finished grid, only the token-agg cell and the analysis are scheduled; a key set to its
+    default value schedules nothing."""
+    summary = snakemake("--configfile", "configs/smoke.yaml", "--summary", cwd=workdir).stdout
+    for line in summary.splitlines()[1:]:
+        path = workdir / line.split("\t")[0]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    # the cell configs are really written (their params are recorded), everything else marked done
+    snakemake("--cores", "1", "--configfile", "configs/smoke.yaml", "--forcerun", "cell_config", "--until",
+              "cell_config", cwd=workdir)
+    snakemake("--configfile", "configs/smoke.yaml", "--touch", "--cores", "1", cwd=workdir)
+    assert "Nothing to be done" in snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout
+
+    (workdir / "default-valued.yaml").write_text("train:\n  beta: 0.0\n  clip_ratio_high: 0.28\n")
+    result = snakemake("-n", "--configfile", "configs/smoke.yaml", "default-valued.yaml", cwd=workdir)
+    assert "Nothing to be done" in result.stdout, result.stdout[-2000:]
+
+    (workdir / "scope.yaml").write_text("train:\n  scope: group\n")
+    result = snakemake("-n", "--configfile", "configs/smoke.yaml", "scope.yaml", cwd=workdir)
+    counts = job_counts(result.stdout)
+    assert counts["cell_config"] == counts["train"] == counts["collect_curve"] == 1
+    assert counts["generate"] == counts["score"] == 2  # that cell's steps 2 and 4; step 0 is the model's
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", result.stdout, flags=re.MULTILINE)
+    per_cell = [body for rule, body in jobs if "aggregator=" in body or "run=" in body]
+    assert per_cell and all("aggregator=token-agg" in body or "run=arith-long/token-agg/seed0" in body
+                            for body in per_cell), per_cell

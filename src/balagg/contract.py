@@ -243,6 +243,11 @@ DAPO_TEMPLATE = (
 """DAPO-Math-17k's own user turn (its ``prompt`` column, verbatim around the problem): answer_format
 ``answer-line``."""
 
+ANSWER_FORMATS = ("boxed", "boxed-strict", "answer-line")
+"""How a math answer is read (balagg.prompts.answer_for_verifier): ``boxed`` (MATH_TEMPLATE asks for
+``\\boxed{}``), ``boxed-strict`` (the same, and an answer without a box is no answer) or
+``answer-line`` (DAPO_TEMPLATE asks for a last ``Answer: ...`` line)."""
+
 CODE_TEMPLATE = (
     "You will be given a question (problem specification) and will generate a correct Python program "
     "that matches the specification and passes all tests.\n\nQuestion: {problem}\n\n{code_instructions}"

@@ -17,8 +17,11 @@ evaluation's prompt for a problem is token for token the prompt the policy was t
 
 :func:`answer_for_verifier` is what the verifier sees of a response, for the trainer's reward and the
 evaluation's scoring alike: the text after the reasoning (:func:`strip_reasoning`), whole for ``boxed``
-(the verifier ranks the last ``\\boxed{}`` first) or, for ``answer-line``, the last ``Answer: ...`` line
-(the DAPO-Math-17k instruction; verl's ``math_dapo`` reward reads the same line) wrapped as a box.
+(the verifier ranks the last ``\\boxed{}`` first; math-verify falls back to the last expression when there
+is no box), for ``boxed-strict`` the same but only if it holds a ``\\boxed{`` (no box: no answer, scored
+wrong; the laboratory's tiny models, whose truncated loops would otherwise be read by that fallback) or,
+for ``answer-line``, the last ``Answer: ...`` line (the DAPO-Math-17k instruction; verl's ``math_dapo``
+reward reads the same line) wrapped as a box.
 """
 
 from __future__ import annotations
@@ -30,9 +33,7 @@ from typing import Any
 from balagg import contract
 from balagg.evaluation.verify.math_verifier import strip_reasoning
 
-ANSWER_FORMATS = ("boxed", "answer-line")
-"""``boxed`` (contract.MATH_TEMPLATE asks for ``\\boxed{}``) or ``answer-line`` (contract.DAPO_TEMPLATE
-asks for a last ``Answer: ...`` line)."""
+ANSWER_FORMATS = contract.ANSWER_FORMATS
 
 _ANSWER_LINE = re.compile(r"^\s*\**\s*answer\s*\**\s*:\s*\**\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 
@@ -83,5 +84,7 @@ def answer_for_verifier(text: str, answer_format: str) -> str | None:
     answer = strip_reasoning(text)
     if answer_format == "boxed":
         return answer
+    if answer_format == "boxed-strict":
+        return answer if "\\boxed{" in answer else None
     line = extract_answer_line(answer)
     return None if line is None else f"\\boxed{{{line}}}"

@@ -298,7 +298,10 @@ def check_context(model):
 
 
 def cell_config(wildcards):
-    """The resolved per-cell training config that `python -m balagg train --cell` reads (a CellConfig)."""
+    """The resolved per-cell training config that `python -m balagg train --cell` reads: every field of
+    CellConfig with the cell's value, defaults filled in (the scope from the aggregator). Resolved, so that
+    a config change reruns exactly the cells whose training it changes (`train: {scope: group}` only the
+    token-agg cells; a key set to its default none)."""
     model, spec = wildcards.model, config["models"][wildcards.model]
     settings = train_settings(model)
     cell = {
@@ -318,11 +321,11 @@ def cell_config(wildcards):
         **({"prompt_template": spec["math_template"]} if "math_template" in spec else {}),
         **settings,
     }
-    CellConfig.from_dict(cell)  # a bad combination stops the workflow before any job runs
+    resolved = CellConfig.from_dict(cell).to_dict()  # a bad combination stops the workflow before any job runs
     check_context(model)  # so do lengths past the model's context
-    if cell.get("accelerate_config"):
-        train_env_check(cell["accelerate_config"])
-    return cell
+    if resolved.get("accelerate_config"):
+        train_env_check(resolved["accelerate_config"])
+    return resolved
 
 
 def checkpoint_steps(model):

@@ -35,6 +35,7 @@ rule tinyworld_model:
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
         regime=tinyworld_regime_arg,
+        answer_format=lambda wildcards: config["models"][wildcards.model].get("answer_format", "boxed"),
     log:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
     benchmark:
@@ -43,7 +44,8 @@ rule tinyworld_model:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg tinyworld model --size {params.size} --raw {params.raw} --seed {params.seed}"
-        " --sft-steps {params.sft_steps} {params.regime} --out {params.out} > {log} 2>&1"
+        " --sft-steps {params.sft_steps} {params.regime} --answer-format {params.answer_format}"
+        " --out {params.out} > {log} 2>&1"
 
 
 rule prepare_data:

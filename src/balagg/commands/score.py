@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pass-k", type=_ks, default=(), help="also report unbiased pass@k, e.g. 1,2,4 (k <= n)")
     parser.add_argument("--allow-missing", action="store_true",
                         help="score even if some benchmark problems have no generations (they are left out)")
-    parser.add_argument("--answer-format", choices=("boxed", "answer-line"), default=None,
+    parser.add_argument("--answer-format", choices=contract.ANSWER_FORMATS, default=None,
                         help="math answer extraction (default: generation.json's, what the prompt asked for)")
     parser.set_defaults(func=run)
 

@@ -60,6 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--card-problems", type=_positive, default=64, help="problems per training set in the card")
     model.add_argument("--card-samples", type=_positive, default=8, help="samples per problem in the card")
     model.add_argument("--max-new-tokens", type=_positive, default=96)
+    model.add_argument("--answer-format", choices=contract.ANSWER_FORMATS, default="boxed",
+                       help="how the card's step-0 answers are read (the model's answer_format, as in training)")
     model.add_argument("--regime", default=None,
                        help="laboratory length regime of the warm start (balagg.tinyworld.regimes; default: the "
                             "embedded default's mix)")
@@ -100,7 +102,7 @@ def run_model(args: argparse.Namespace) -> int:
     card = build_warm_model(args.size, args.raw, args.out, seed=args.seed,
                             config=WarmStartConfig(steps=args.sft_steps, seed=args.seed, regime=args.regime),
                             card_problems=args.card_problems, samples_per_problem=args.card_samples,
-                            max_new_tokens=args.max_new_tokens)
+                            max_new_tokens=args.max_new_tokens, answer_format=args.answer_format)
     print(summary_line(args.size, card))
     return 0
 

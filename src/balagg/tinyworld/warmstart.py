@@ -154,14 +154,22 @@ def boxed_integer(text: str) -> int | None:
         return None
 
 
-def answer_checker() -> tuple[str, Callable[[str, str], bool]]:
-    """``(description, check(text, gold) -> bool)``: the project's math verifier when its pinned
-    math-verify is installed, otherwise integer comparison of the last ``\\boxed{}``."""
+def answer_checker(answer_format: str = "boxed") -> tuple[str, Callable[[str, str], bool]]:
+    """``(description, check(text, gold) -> bool)``: the project's math verifier on what the reward and
+    the scoring give it (:func:`balagg.prompts.answer_for_verifier` with ``answer_format``) when its
+    pinned math-verify is installed, otherwise integer comparison of the last ``\\boxed{}``."""
     try:
         from balagg.evaluation.verify.math_verifier import verifier_info, verify_math
+        from balagg.prompts import answer_for_verifier
 
         info = verifier_info()
-        return f"{info['name']} {info['version']} (balagg.evaluation.verify.math_verifier.verify_math)", verify_math
+
+        def verified(text: str, gold: str) -> bool:
+            answer = answer_for_verifier(text, answer_format)
+            return answer is not None and verify_math(answer, gold)
+
+        return (f"{info['name']} {info['version']} (balagg.evaluation.verify.math_verifier.verify_math, "
+                f"answer format {answer_format})", verified)
     except (ImportError, RuntimeError) as error:
         log.info("math verifier unavailable (%s); using integer comparison of the last \\boxed{}", error)
 
@@ -284,11 +292,12 @@ def summary_line(model_name: str, card: dict) -> str:
 
 def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStartConfig | None = None,
                      card_problems: int = 64, samples_per_problem: int = 8, max_new_tokens: int = 96,
-                     train_sets: tuple[str, ...] | None = None) -> dict:
+                     train_sets: tuple[str, ...] | None = None, answer_format: str = "boxed") -> dict:
     """Build tiny model ``size``, warm-start it, save it to ``out`` and write ``out/card.json`` last.
 
-    The card holds the step-0 statistics per training set found in ``raw_dir`` (its manifest), the
-    warm-start summary, the model shape and the seeds; it is returned too.
+    The card holds the step-0 statistics per training set found in ``raw_dir`` (its manifest), judged as
+    the reward and the scoring judge them (``answer_format``, the model's), the warm-start summary, the
+    model shape and the seeds; it is returned too.
     """
     import hashlib
     import json
@@ -314,7 +323,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     sft = warm_start(model, tokenizer, config)
     log.info("tinyworld %s: warm start took %.1f s, loss %.3f -> %.3f", size, sft["seconds"], sft["loss_first"],
              sft["loss_last"])
-    verifier, check = answer_checker()
+    verifier, check = answer_checker(answer_format)
     datasets, sampling_start = {}, time.perf_counter()
     for k, name in enumerate(train_sets):
         problems, answers = read_training_problems(raw_dir, name, card_problems)

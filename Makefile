@@ -31,10 +31,10 @@ $(TEST_STAMP): $(STAMP)
 	$(UV) -e '.[train,eval,workflow,dev,lighteval]' || $(BIN)/python -m pip install --quiet -e '.[train,eval,workflow,dev,lighteval]'
 	touch $@
 
-# Workflow rules call `python -m balagg`, so the venv goes first on PATH. --force-use-threads: a rule with
-# `run:` (cell_config, report) runs in Snakemake's process instead of a new Snakemake per job (seconds each).
+# Workflow rules call `python -m balagg`, so the venv goes first on PATH. The workflow profile
+# (profiles/default/config.yaml) applies here as to any snakemake call: run: rules in Snakemake's process.
 demo: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --force-use-threads --quiet progress
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --quiet progress
 	@$(BIN)/python -m balagg summary --campaign-dir results/default
 
 test: $(TEST_STAMP)

@@ -34,11 +34,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ("Snakefile", "workflow", "configs", "envs", "analysis", "src")
-"""What each tree gets: its own src/ too (jobs import <tree>/src, see the Snakefile's shell prefix), so
-both trees run the same code even if the repository changes meanwhile, and record the same git_commit
-(none: the trees are outside git)."""
+from checkout import copy_workflow  # noqa: E402 - tests/ is on sys.path: this script's folder
+# Each tree is a copy of the workflow with its own src/ (tests/checkout.py; jobs import <tree>/src), so
+# both trees run the same code even if the repository changes meanwhile, and record the same
+# git_commit (none: the trees are outside git).
 CAMPAIGN = "smoke"
 WALL_CLOCK_KEY = re.compile(r"(^|[_/])(seconds|cpu_seconds|step_seconds|tokens_per_s|elapsed|duration|"
                             r"timestamp|started|finished|created|wall_s|time)$")
@@ -159,9 +158,7 @@ def compare_mlflow(reference: Path, chaos: Path) -> dict:
 def prepare(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    for name in WORKFLOW_FILES:
-        source = REPO / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, folder / name)
+    copy_workflow(folder)
 
 
 def snakemake_command(cores: int, *extra: str) -> list[str]:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from checkout import REPO, copy_workflow  # noqa: F401 - copy_workflow is re-exported to the Slurm tests
+
 PROFILE = REPO / "slurm" / "config.v8+.yaml"
 LOCAL_PROFILE = REPO / "tests" / "slurm-local"
-WORKFLOW_FILES = ("Snakefile", "workflow", "configs", "slurm", "envs", "analysis", "src")  # jobs run the copy's src/
 
 
 def parse_profile(path: Path = PROFILE) -> dict:
@@ -34,14 +33,6 @@ def resources_of(parsed: dict, rule: str) -> dict[str, str]:
             key, _, value = assignment.partition("=")
             out[key] = value
     return out
-
-
-def copy_workflow(dest: Path) -> Path:
-    """The workflow and the `slurm/` profile in a scratch folder (`--profile slurm` is looked up in the cwd)."""
-    for name in WORKFLOW_FILES:
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
-    return dest
 
 
 def snakemake(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

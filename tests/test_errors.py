@@ -120,11 +120,10 @@ def test_truncated_or_empty_weights_are_named_before_loading(weights, tmp_path, 
 
 
 def test_a_misspelled_config_key_is_one_line_without_the_schema(tmp_path):
-    from test_workflow import REPO, WORKFLOW_FILES, snakemake
+    from checkout import copy_workflow
+    from test_workflow import snakemake
 
-    for name in WORKFLOW_FILES:
-        source = REPO / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
+    copy_workflow(tmp_path)
     (tmp_path / "typo.yaml").write_text("train:\n  learnin_rate: 0.1\n")
     result = snakemake("-n", "--configfile", "configs/smoke.yaml", "typo.yaml", cwd=tmp_path, check=False)
     assert result.returncode != 0

@@ -12,7 +12,8 @@ import math
 
 import pytest
 
-from test_workflow import REPO, WORKFLOW_FILES, snakemake
+from checkout import copy_workflow
+from test_workflow import snakemake
 
 from balagg.analysis import figure2, figure3, load_campaign
 
@@ -24,12 +25,7 @@ CELLS = [f"tiny-s/arith-long/{aggregator}/seed0" for aggregator in AGGREGATORS]
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     """A finished smoke campaign in a scratch copy of the workflow; returns its results folder."""
-    import shutil
-
-    work = tmp_path_factory.mktemp("smoke")
-    for name in WORKFLOW_FILES:
-        source = REPO / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, work / name)
+    work = copy_workflow(tmp_path_factory.mktemp("smoke"))
     snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", cwd=work)
     return work
 

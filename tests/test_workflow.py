@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ("Snakefile", "workflow", "configs", "envs", "analysis")
+from checkout import REPO, copy_workflow
 
 
 def snakemake(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -33,13 +32,7 @@ def snakemake(*args: str, cwd: Path, check: bool = True) -> subprocess.Completed
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     """A copy of the workflow in a fresh folder, so runs never touch the repository's results/."""
-    for name in WORKFLOW_FILES:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, tmp_path / name)
-        elif source.exists():
-            shutil.copy(source, tmp_path / name)
-    return tmp_path
+    return copy_workflow(tmp_path)
 
 
 def job_counts(output: str) -> dict[str, int]:

@@ -6,28 +6,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from slurm_helpers import REPO
+from checkout import REPO, copy_workflow
 from test_workflow import job_counts, snakemake
 
-CHECKOUT = ("Snakefile", "workflow", "configs", "envs", "analysis", "src")
 
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     """A copy of the checkout, code included (jobs must import *its* src/, not the installed balagg)."""
-    for name in CHECKOUT:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(source, tmp_path / name)
-    return tmp_path
+    return copy_workflow(tmp_path)
 
 
 def write_config(folder: Path, name: str, data: dict) -> str:

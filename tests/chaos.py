@@ -46,8 +46,8 @@ SPARED = ("sandbox_launcher", "resource_tracker")
 """Processes never killed: a code sample's sandbox (its death is the sample's failure, by design) and
 multiprocessing's bookkeeping."""
 SKIPPED_PARTS = ("logs", "benchmarks", "state", "mlartifacts")
-SKIPPED_NAMES = ("train.log", "train.lock", "mlflow.db", "mlflow.db.setup.lock", "stopped.json",
-                 "report.html")  # the report embeds the compared artifacts plus Snakemake's run times
+SKIPPED_NAMES = ("train.log", "train.lock", "mlflow.db", "mlflow.db.setup.lock", "mlflow.db.write.lock",
+                 "stopped.json", "report.html")  # the report embeds the compared artifacts plus Snakemake's run times
 ID_FILES = ("mlflow_run_id",)
 """Plain-text files that hold only a run id (another store, another id)."""
 

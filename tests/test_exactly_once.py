@@ -260,6 +260,38 @@ def test_eval_metrics_land_at_their_training_steps_and_a_second_call_adds_no_poi
         assert sorted(p.step for p in client.get_metric_history(run_id, key)) == [0, 2, 4]
 
 
+def test_eval_and_analysis_logging_wait_for_a_concurrent_writer_of_the_store(store, tmp_path):
+    """A job orphaned by a killed Snakemake and its rerun log the same cell at once: each read-then-log
+    section holds the store's write lock, so the second one waits and then finds every point there."""
+    import threading
+
+    import mlflow
+
+    from balagg.tracking import Tracker, _store_lock, log_analysis, log_eval_curve
+
+    tracker = Tracker(store)
+    run_id = tracker.start(experiment="e", run_name="cell", run_id=None, tags={"cell": "c"}, params={})
+    tracker.end()
+    manifest = {"mlflow_run_id": run_id, "config": {"mlflow_experiment": "e"}}
+    rows = [{"step": str(s), "benchmark": "mean", "acc@8": "0.25", "best@8": "0.5"} for s in (0, 2)]
+    table = tmp_path / "table1.md"
+    table.write_text("| a |\n")
+    results = []
+    with _store_lock(store, "write"):
+        writers = [threading.Thread(target=lambda: results.append(log_eval_curve(store, manifest, rows))),
+                   threading.Thread(target=lambda: results.append(log_analysis(store, "e", [str(table)])))]
+        for writer in writers:
+            writer.start()
+        time.sleep(3)
+        assert all(writer.is_alive() for writer in writers) and not results  # both wait for the holder
+    for writer in writers:
+        writer.join(120)
+    assert [r["status"] for r in results] == ["ok", "ok"]
+    assert log_eval_curve(store, manifest, rows)["status"] == "ok"  # the rerun adds nothing
+    client = mlflow.MlflowClient(tracking_uri=store)
+    assert sorted(p.step for p in client.get_metric_history(run_id, "eval/mean/acc_at_8")) == [0, 2]
+
+
 def test_setup_keeps_artifacts_in_the_campaign_folder_and_survives_a_concurrent_setup(tmp_path, store):
     code = textwrap.dedent(f"""
         import json, sys

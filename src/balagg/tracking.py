@@ -194,14 +194,17 @@ def sqlite_file(uri: str) -> Path | None:
 
 
 @contextmanager
-def _setup_lock(uri: str) -> Iterator[None]:
-    """Serialise store set-up between processes sharing a SQLite file (its schema migration races)."""
+def _store_lock(uri: str, purpose: str) -> Iterator[None]:
+    """Serialise one kind of store access between processes sharing a SQLite file: ``setup`` (its schema
+    migration races) and ``write``, the read-then-log sections of eval and analysis logging (a job
+    orphaned by a killed Snakemake and its rerun would otherwise both find a step missing and both log
+    it). A lock file beside the database (``mlflow.db.<purpose>.lock``); nothing for a tracking server."""
     database = sqlite_file(uri)
     if database is None:
         yield
         return
     database.parent.mkdir(parents=True, exist_ok=True)
-    with open(database.with_name(database.name + ".setup.lock"), "w") as handle:
+    with open(database.with_name(f"{database.name}.{purpose}.lock"), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
@@ -218,7 +221,7 @@ def setup_experiment(uri: str, experiment: str, artifact_location: str | None = 
     def action(mlflow):
         for attempt in range(1, SETUP_ATTEMPTS + 1):
             try:
-                with _setup_lock(uri):
+                with _store_lock(uri, "setup"):
                     found = mlflow.get_experiment_by_name(experiment)
                     if found is None:
                         location = Path(artifact_location).resolve().as_uri() if artifact_location else None
@@ -287,35 +290,49 @@ def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]
 
 
 def log_eval_curve(uri: str, manifest: dict[str, Any], curve_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Evaluation metrics into the cell's run, each at its training step."""
+    """Evaluation metrics into the cell's run, each at its training step, each point once (also against a
+    concurrent call for the same store: :func:`_store_lock`)."""
 
     def action(mlflow):
-        run_id = _cell_run_id(mlflow, manifest)
-        client = mlflow.MlflowClient()
-        metrics = eval_metrics(curve_rows)
-        logged: dict[str, set[int]] = {}  # a rerun attaches to the run without doubling its points
-        for step, values in metrics.items():
-            for key, value in values.items():
-                if key not in logged:
-                    logged[key] = {point.step for point in client.get_metric_history(run_id, key)}
-                if step not in logged[key]:
-                    client.log_metric(run_id, key, value, step=step)
-        return {"run_id": run_id, "steps": sorted(metrics)}
+        with _store_lock(uri, "write"):
+            return _log_eval_points(mlflow, manifest, curve_rows)
 
     return _best_effort("eval logging", uri, action)
 
 
+def _log_eval_points(mlflow, manifest: dict[str, Any], curve_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    run_id = _cell_run_id(mlflow, manifest)
+    client = mlflow.MlflowClient()
+    metrics = eval_metrics(curve_rows)
+    logged: dict[str, set[int]] = {}  # a rerun attaches to the run without doubling its points
+    for step, values in metrics.items():
+        for key, value in values.items():
+            if key not in logged:
+                logged[key] = {point.step for point in client.get_metric_history(run_id, key)}
+            if step not in logged[key]:
+                client.log_metric(run_id, key, value, step=step)
+    return {"run_id": run_id, "steps": sorted(metrics)}
+
+
 def log_analysis(uri: str, experiment: str, files: list[str]) -> dict[str, Any]:
-    """Table 1, the figures and the diagnosis as artifacts of the campaign's one analysis run."""
+    """Table 1, the figures and the diagnosis as artifacts of the campaign's one analysis run (one, also
+    against a concurrent call: :func:`_store_lock`)."""
 
     def action(mlflow):
-        mlflow.set_experiment(experiment)
-        runs = mlflow.search_runs(experiment_names=[experiment], output_format="list",
-                                  filter_string=f"tags.kind = '{ANALYSIS_RUN_NAME}'")
-        run_id = runs[0].info.run_id if runs else None
-        with mlflow.start_run(run_id=run_id, run_name=ANALYSIS_RUN_NAME, tags={"kind": ANALYSIS_RUN_NAME}) as run:
-            for path in files:
-                mlflow.log_artifact(path)
-            return {"run_id": run.info.run_id, "artifacts": [os.path.basename(p) for p in files]}
+        with _store_lock(uri, "write"):
+            return _log_analysis_artifacts(mlflow, experiment, files)
+
+    return _best_effort("analysis logging", uri, action)
+
+
+def _log_analysis_artifacts(mlflow, experiment: str, files: list[str]) -> dict[str, Any]:
+    mlflow.set_experiment(experiment)
+    runs = mlflow.search_runs(experiment_names=[experiment], output_format="list",
+                              filter_string=f"tags.kind = '{ANALYSIS_RUN_NAME}'")
+    run_id = runs[0].info.run_id if runs else None
+    with mlflow.start_run(run_id=run_id, run_name=ANALYSIS_RUN_NAME, tags={"kind": ANALYSIS_RUN_NAME}) as run:
+        for path in files:
+            mlflow.log_artifact(path)
+        return {"run_id": run.info.run_id, "artifacts": [os.path.basename(p) for p in files]}
 
     return _best_effort("analysis logging", uri, action)

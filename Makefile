@@ -34,7 +34,7 @@ $(TEST_STAMP): $(STAMP)
 # Workflow rules call `python -m balagg`, so the venv goes first on PATH. The workflow profile
 # (profiles/default/config.yaml) applies here as to any snakemake call: run: rules in Snakemake's process.
 demo: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --quiet progress
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --quiet=progress
 	@$(BIN)/python -m balagg summary --campaign-dir results/default
 
 test: $(TEST_STAMP)

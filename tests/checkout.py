@@ -20,7 +20,7 @@ def copy_workflow(dest: Path) -> Path:
     for name in WORKFLOW_FILES:
         source = REPO / name
         if source.is_dir():
-            shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(source, dest / name)  # with src/'s .pyc: still valid (copytree keeps mtimes)
         else:
             shutil.copy(source, dest / name)
     return dest

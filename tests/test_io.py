@@ -36,3 +36,26 @@ def test_jsonl_round_trip_and_errors_name_the_line(tmp_path):
     path.write_text('{"i": 0}\n{oops\n')
     with pytest.raises(ValueError, match=r"rows.jsonl:2: not valid JSON"):
         list(read_jsonl(path))
+
+
+def test_one_reader_three_policies_for_bad_lines(tmp_path):
+    """raise (named file and line), skip (recorded), torn-tail (only a bad last line is dropped)."""
+    from balagg.io import read_jsonl_lines
+    from balagg.train.files import read_metrics
+
+    torn = tmp_path / "metrics.jsonl"
+    torn.write_text('{"step": 1}\n\n{"step": 2}\n{"step": 3, "lo')
+    assert [r["step"] for r in read_metrics(torn)] == [1, 2]
+    with pytest.raises(ValueError, match=r"metrics.jsonl:4: not valid JSON"):
+        list(read_jsonl(torn))
+    skipped: list[int] = []
+    assert [n for n, _ in read_jsonl_lines(torn, bad_lines="skip", skipped=skipped)] == [1, 3]
+    assert skipped == [4]
+
+    middle = tmp_path / "middle.jsonl"
+    middle.write_text('{"step": 1}\n[1, 2]\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"middle.jsonl:2: expected a JSON object, got list .*not the last line"):
+        read_metrics(middle)  # not a torn append: nothing after it is silently lost
+    assert [r["step"] for r in read_jsonl(middle, bad_lines="skip")] == [1, 3]
+    with pytest.raises(ValueError, match="bad_lines"):
+        list(read_jsonl(middle, bad_lines="ignore"))

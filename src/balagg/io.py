@@ -83,18 +83,45 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return count
 
 
-def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
-    """The objects of a JSONL file (blank lines skipped); a line that is not a JSON object raises
-    ValueError naming the file and line."""
+BAD_LINE_POLICIES = ("raise", "skip", "torn-tail")
+"""What :func:`read_jsonl_lines` does with a line that is not a JSON object: ``raise`` a ValueError naming
+the file and line (the default: inputs a person or a stage wrote); ``skip`` it, recording its line
+number in ``skipped`` (a reader that reports what it left out: the analysis); ``torn-tail``: drop it if
+it is the file's last line (an append cut by kill -9: metrics.jsonl), raise anywhere else."""
+
+
+def read_jsonl_lines(path: str | os.PathLike, *, bad_lines: str = "raise",
+                     skipped: list[int] | None = None) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each line of a JSONL file (blank lines skipped); a bad line is
+    handled by ``bad_lines`` (:data:`BAD_LINE_POLICIES`)."""
+    if bad_lines not in BAD_LINE_POLICIES:
+        raise ValueError(f"bad_lines must be one of {BAD_LINE_POLICIES}, got {bad_lines!r}")
     path = Path(path)
-    with path.open(encoding="utf-8") as handle:
+    pending = None  # a bad line seen under torn-tail: fine only if nothing follows it
+    with path.open(encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
+            if pending is not None:
+                raise ValueError(pending)
             try:
                 record = json.loads(line)
+                problem = None if isinstance(record, dict) else f"expected a JSON object, got {type(record).__name__}"
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            yield record
+                problem = f"not valid JSON ({error.msg})"
+            if problem is None:
+                yield number, record
+            elif bad_lines == "raise":
+                raise ValueError(f"{path}:{number}: {problem}")
+            elif bad_lines == "skip":
+                if skipped is not None:
+                    skipped.append(number)
+            else:
+                pending = f"{path}:{number}: {problem} (and not the last line, so not a torn append)"
+
+
+def read_jsonl(path: str | os.PathLike, *, bad_lines: str = "raise",
+               skipped: list[int] | None = None) -> Iterator[dict]:
+    """The objects of a JSONL file (:func:`read_jsonl_lines` without the line numbers)."""
+    for _, record in read_jsonl_lines(path, bad_lines=bad_lines, skipped=skipped):
+        yield record

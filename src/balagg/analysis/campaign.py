@@ -27,6 +27,7 @@ import pandas as pd
 
 from balagg import contract
 from balagg.evaluation.scoring.metrics import summary_rows
+from balagg.io import read_jsonl_lines
 
 __all__ = [
     "MEAN",
@@ -234,19 +235,17 @@ def _read_summary(path: Path) -> list[dict]:
 
 
 def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dict]:
-    rows, bad = [], 0
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    rows, skipped = [], []
+    for number, record in read_jsonl_lines(path, bad_lines="skip", skipped=skipped):
         try:
-            record = json.loads(line)
             step = int(record["step"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            bad += 1
+        except (KeyError, TypeError, ValueError):
+            skipped.append(number)
             continue
         row = {name: float(v) for name, v in record.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool) and name != "step"}
         rows.append({"step": step, **row})
+    bad = len(skipped)
     if bad:
         problems.append(Problem("bad-file", f"{path}: skipped {bad} unreadable line(s)", key))
     return rows

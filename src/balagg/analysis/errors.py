@@ -19,7 +19,6 @@ every cell of the model.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from balagg.analysis.campaign import Campaign, CellKey
+from balagg.io import read_jsonl_lines
 
 __all__ = ["SCORE_COLUMNS", "load_problem_scores", "stratified_mean_se", "add_standard_errors", "value_se"]
 
@@ -36,14 +36,11 @@ INITIAL = "initial"
 
 def _read_scores(path: Path) -> list[dict]:
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, record in read_jsonl_lines(path):
         try:
-            record = json.loads(line)
             flags = [1.0 if f else 0.0 for f in record["correct"]]
             benchmark, problem_id = str(record["benchmark"]), str(record["problem_id"])
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
+        except (KeyError, TypeError) as error:
             raise ValueError(f"{path}:{number}: not a scores.jsonl line ({error})") from None
         if not flags:
             raise ValueError(f"{path}:{number}: problem {problem_id} has no samples")

@@ -35,7 +35,7 @@ from pathlib import Path
 from balagg import contract
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX
 from balagg.data.sources import SOURCES
-from balagg.io import atomic_path, atomic_write_text
+from balagg.io import atomic_path, atomic_write_text, read_jsonl
 from balagg.tinyworld.tasks import (
     BENCH_TASKS,
     NOMINAL_PASS_RATE,
@@ -216,7 +216,7 @@ def write_rows(rows: list[dict], path: Path) -> None:
 def read_rows(path: Path) -> list[dict]:
     """Inverse of :func:`write_rows` (for tests and the data card)."""
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return list(read_jsonl(path))
     import pyarrow.parquet as pq
 
     return pq.read_table(path).to_pylist()

@@ -26,7 +26,7 @@ from typing import Any
 
 from balagg import contract
 from balagg.errors import with_filename
-from balagg.io import atomic_write_text, json_line
+from balagg.io import atomic_write_text, json_line, read_jsonl
 
 
 class CellDir:
@@ -132,17 +132,12 @@ def exclusive(root: str | Path) -> Iterator[int]:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """metrics.jsonl lines; a torn last line (kill -9 mid-append) is dropped."""
+    """metrics.jsonl lines; a torn last line (kill -9 mid-append) is dropped, a bad line elsewhere is
+    an error naming the file and line (balagg.io.read_jsonl, ``torn-tail``)."""
     path = Path(path)
     if not path.exists():
         return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            break
-    return rows
+    return list(read_jsonl(path, bad_lines="torn-tail"))
 
 
 def truncate_metrics(path: str | Path, last_step: int) -> list[dict[str, Any]]:

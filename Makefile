@@ -37,7 +37,7 @@ $(TEST_STAMP): $(STAMP)
 # (profiles/default/config.yaml) applies here as to any snakemake call: run: rules in Snakemake's process.
 demo: $(STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null  # every job imports src/: compile it once, not per job
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --quiet=progress
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES) --quiet progress
 	@$(BIN)/python -m balagg summary --campaign-dir results/default
 
 test: $(TEST_STAMP)

@@ -153,3 +153,19 @@ def test_skipped_bad_rows_reach_the_report_the_data_card_and_the_end_of_run_line
     (tmp_path / "card.json").write_text(json.dumps(card))
     merged = merge_cards([tmp_path / "card.json"], tmp_path / "data-card.json", [report])
     assert merged["bad_rows"] == {str(out): {"skipped": 1, "rows_read": 2, "examples": saved["bad_rows"]}}
+
+
+def test_a_yaml_syntax_error_in_a_config_is_one_line_with_file_line_and_column(tmp_path, capsys):
+    """Snakemake 9.27 reads --configfile before any workflow code and drops the parser's position;
+    `python -m balagg plan --configfile` (the same files, merged the same way) names it."""
+    from balagg.cli import main
+
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("campaign: x\n")
+    bad.write_text("train:\n  learning_rate: 0.1\n  total_steps: [4\n")
+    assert main(["plan", "--configfile", str(good), str(bad)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {bad}:4:1: not valid YAML ("), err
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    assert main(["plan", "--configfile", str(tmp_path / "list.yaml")]) != 0
+    assert "must hold a mapping" in capsys.readouterr().err

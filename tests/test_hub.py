@@ -137,7 +137,7 @@ def test_prepare_reads_a_hub_dataset_from_its_snapshot(cache_env, tmp_path, name
 
 def test_hub_cache_command_layers_configs_as_snakemake(tmp_path, capsys):
     """`tinyworld hub-cache` reads paper.yaml + rehearsal.yaml like `--configfile a b`: the paper's ids."""
-    from balagg.commands.tinyworld import merged_config
+    from balagg.configfiles import merged_config
 
     root = Path(__file__).resolve().parents[1] / "configs"
     config = merged_config([str(root / "paper.yaml"), str(root / "rehearsal.yaml")])

@@ -76,7 +76,7 @@ from test_slurm import CLUSTER_ENV, NO_CLUSTER, SUBMITTED, job_record  # noqa: E
 @pytest.mark.slow
 @pytest.mark.skipif(NO_CLUSTER is not None, reason=NO_CLUSTER or "")
 def test_rehearsal_through_the_slurm_profile(tmp_path, capsys):
-    from balagg.commands.tinyworld import merged_config
+    from balagg.configfiles import merged_config
     from balagg.tinyworld.hubcache import campaign_repos, fill_hub_cache, repo_folder
 
     (tmp_path / "work").mkdir()

@@ -24,17 +24,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def load_config(paths: list[str], schema: str | Path = SCHEMA) -> dict:
     """The merged, validated config with the schema's defaults filled in, as the workflow sees it."""
-    import yaml
-    from snakemake.utils import update_config, validate
+    from snakemake.utils import validate
 
-    config: dict = {}
-    for path in paths:
-        if not Path(path).is_file():
-            raise ValueError(f"config file {path} does not exist")
-        try:
-            update_config(config, yaml.safe_load(Path(path).read_text()) or {})
-        except yaml.YAMLError as error:
-            raise ValueError(f"config file {path} is not valid YAML: {error}") from None
+    from balagg.configfiles import merged_config
+
+    config = merged_config(paths)
     if not Path(schema).is_file():
         raise ValueError(f"schema {schema} does not exist")
     try:

@@ -120,22 +120,8 @@ def run_card(args: argparse.Namespace) -> int:
     return 0
 
 
-def merged_config(paths: list[str]) -> dict:
-    """Config files layered as ``snakemake --configfile a b`` does (nested keys of later files win)."""
-    import yaml
-
-    def merge(base: dict, extra: dict) -> dict:
-        for key, value in extra.items():
-            base[key] = merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
-        return base
-
-    config: dict = {}
-    for path in paths:
-        config = merge(config, yaml.safe_load(open(path)) or {})
-    return config
-
-
 def run_hub_cache(args: argparse.Namespace) -> int:
+    from balagg.configfiles import merged_config
     from balagg.tinyworld.hubcache import campaign_repos, fill_hub_cache
 
     models, datasets = campaign_repos(merged_config(args.configfile))

@@ -91,6 +91,49 @@ def test_kill_9_of_the_launcher_ends_its_trainer_and_a_second_launcher_is_refuse
         pass
 
 
+WORKER = """
+import os, pathlib, sys, time
+from balagg.train.launch import die_with_launcher
+die_with_launcher()  # what `python -m balagg train` does first
+pathlib.Path(sys.argv[1], "worker-" + os.environ["RANK"]).write_text(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_kill_9_of_the_launcher_ends_every_process_accelerate_started(tmp_path):
+    """The launcher runs `accelerate launch` with the paper's FSDP2 config and 2 processes (on a CPU
+    accelerate falls back to MULTI_CPU, as in the rehearsal): kill -9 of the launcher ends accelerate
+    and both of its worker processes."""
+    pytest.importorskip("accelerate")
+    (tmp_path / "worker.py").write_text(WORKER)
+    fsdp2 = Path(SRC).parent / "configs" / "accelerate" / "fsdp2.yaml"  # the paper's; MULTI_CPU on a CPU
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--config_file",
+               str(fsdp2), str(tmp_path / "worker.py"), str(tmp_path)]  # as launch_command builds it
+    code = f"import sys\nfrom balagg.train.launch import run_launched\nsys.exit(run_launched({command!r}, {str(tmp_path / 'train')!r}))"
+    launcher = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC},
+                                stderr=subprocess.PIPE, text=True)
+    pidfiles = [tmp_path / "worker-0", tmp_path / "worker-1"]
+    try:
+        assert _wait_for(lambda: all(p.exists() for p in pidfiles), timeout=120), (
+            launcher.stderr.read() if launcher.poll() is not None else "no workers")
+        workers = [int(p.read_text()) for p in pidfiles]
+        assert all(_alive(pid) for pid in workers)
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    assert _wait_for(lambda: not any(_alive(pid) for pid in workers), timeout=30), "a worker outlived the launcher"
+
+    def lock_is_free() -> bool:  # accelerate's own process (which holds it) may take a moment longer to go
+        try:
+            with exclusive(tmp_path / "train"):
+                return True
+        except WorkdirBusy:
+            return False
+
+    assert _wait_for(lock_is_free, timeout=30), "the lock outlived the launcher"
+
+
 def test_sigterm_to_the_launcher_reaches_the_trainer_and_its_status_comes_back(tmp_path):
     pidfile = tmp_path / "child.pid"
     child_code = ("import os, pathlib, signal, sys, time\n"

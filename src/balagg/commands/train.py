@@ -45,15 +45,13 @@ def run(args: argparse.Namespace) -> int:
         command = launch_command(cell, args.cell, args.workdir, args.out)
         return run_launched(command, args.workdir, invalidate=args.invalidate)
 
-    import os
     import sys
 
     from balagg.train.deadline import EXIT_RESUMABLE, TrainingStopped
-    from balagg.train.launch import OWNED_ENV, die_with_parent
+    from balagg.train.launch import die_with_launcher
     from balagg.train.run import run_cell
 
-    if os.environ.get(OWNED_ENV):
-        die_with_parent()
+    die_with_launcher()
     try:
         run_cell(cell, args.workdir, args.out, invalidate=args.invalidate)
     except TrainingStopped as stopped:

@@ -102,6 +102,14 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
+def die_with_launcher() -> None:
+    """In a trainer process started under :func:`run_launched` (``$BALAGG_LAUNCHED`` set, directly or
+    through ``accelerate launch``): :func:`die_with_parent`, so that the launcher's death reaches every
+    process of the tree. Elsewhere (a trainer run by hand) nothing."""
+    if os.environ.get(OWNED_ENV):
+        die_with_parent()
+
+
 def remove_paths(paths: list[str]) -> None:
     """Remove each file or folder (missing ones are fine)."""
     for path in map(Path, paths):

@@ -48,6 +48,21 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+def mark_smoke_grid_done(workdir: Path, write_cell_configs: bool = False) -> None:
+    """Mark the whole smoke grid as done without running it: create every output, then --touch.
+    ``write_cell_configs``: really run the cheap cell_config jobs first, so their params are recorded
+    (files made by --touch carry no params metadata, so a params change would go unseen)."""
+    summary = snakemake("--configfile", "configs/smoke.yaml", "--summary", cwd=workdir).stdout
+    for line in summary.splitlines()[1:]:
+        path = workdir / line.split("\t")[0]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    if write_cell_configs:
+        snakemake("--cores", "1", "--configfile", "configs/smoke.yaml", "--forcerun", "cell_config", "--until",
+                  "cell_config", cwd=workdir)
+    snakemake("--configfile", "configs/smoke.yaml", "--touch", "--cores", "1", cwd=workdir)
+
+
 def test_lint_is_clean(workdir):
     result = snakemake("--lint", cwd=workdir)
     assert "Congratulations" in result.stdout + result.stderr
@@ -112,13 +127,7 @@ def test_bad_config_stops_before_any_job_naming_the_problem(workdir, override, n
 
 
 def test_forcing_one_cell_schedules_only_that_cell_and_the_analysis(workdir):
-    # Mark the whole smoke grid as done without running it: create every output, then --touch.
-    summary = snakemake("--configfile", "configs/smoke.yaml", "--summary", cwd=workdir).stdout
-    for line in summary.splitlines()[1:]:
-        path = workdir / line.split("\t")[0]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
-    snakemake("--configfile", "configs/smoke.yaml", "--touch", "--cores", "1", cwd=workdir)
+    mark_smoke_grid_done(workdir)
     assert "Nothing to be done" in snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout
 
     cell = "results/smoke/tiny-s/arith-long/balanced-agg/seed0"
@@ -183,12 +192,7 @@ def test_an_interrupted_retrain_leaves_the_cell_incomplete_not_an_old_curve_stan
     """The README's retrain recipe killed midway: the train job had removed the cell's eval/ and the
     analysis (its --invalidate paths) and Snakemake had removed the manifest; the plain command must
     then finish the cell and redo the analysis instead of "Nothing to be done"."""
-    summary = snakemake("--configfile", "configs/smoke.yaml", "--summary", cwd=workdir).stdout
-    for line in summary.splitlines()[1:]:
-        path = workdir / line.split("\t")[0]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
-    snakemake("--configfile", "configs/smoke.yaml", "--touch", "--cores", "1", cwd=workdir)
+    mark_smoke_grid_done(workdir)
     cell = "results/smoke/tiny-s/arith-long/balanced-agg/seed0"
     forced = snakemake("-n", "-p", "--configfile", "configs/smoke.yaml", "-R", f"{cell}/manifest.json", cwd=workdir)
     train = [line for line in forced.stdout.splitlines() if "balagg train --launch" in line]
@@ -226,15 +230,7 @@ def test_changing_one_aggregators_setting_reruns_only_its_cells(workdir):
     """`train: {scope: group}` changes what token-agg trains (its default scope is the batch) and nothing
     else: after a finished grid, only the token-agg cell and the analysis are scheduled; a key set to its
     default value schedules nothing."""
-    summary = snakemake("--configfile", "configs/smoke.yaml", "--summary", cwd=workdir).stdout
-    for line in summary.splitlines()[1:]:
-        path = workdir / line.split("\t")[0]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
-    # the cell configs are really written (their params are recorded), everything else marked done
-    snakemake("--cores", "1", "--configfile", "configs/smoke.yaml", "--forcerun", "cell_config", "--until",
-              "cell_config", cwd=workdir)
-    snakemake("--configfile", "configs/smoke.yaml", "--touch", "--cores", "1", cwd=workdir)
+    mark_smoke_grid_done(workdir, write_cell_configs=True)
     assert "Nothing to be done" in snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout
 
     (workdir / "default-valued.yaml").write_text("train:\n  beta: 0.0\n  clip_ratio_high: 0.28\n")

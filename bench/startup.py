@@ -9,6 +9,11 @@ second opening: the first reads only the header, to refuse a truncated file befo
 generations for score, and so on; the command is stopped there. Each command runs on a small real fixture built
 here (tiny-world data, an untrained tiny model), so the figures are what every workflow job of that
 rule pays before it works. The median of ``--repeat`` runs is printed.
+
+A second table times whole runs of the commands that end quickly on the fixture, start to exit, two
+ways: ``python -m balagg`` (which ends through ``balagg.cli.exit_without_teardown``) and the same
+``main()`` ended by a plain ``sys.exit``, whose interpreter teardown garbage-collects every imported
+module; the difference is what each job saves at its end.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -107,6 +114,23 @@ def measure(root: Path, marker: str, args: list[str]) -> tuple[float, float, str
     return float(stamp) - start, float(cpu), heavy[0] if heavy else ""
 
 
+PLAIN_EXIT = "import sys; from balagg.cli import main; sys.exit(main(sys.argv[1:]))"
+WHOLE_RUNS = ("train", "generate", "score", "track setup")
+
+
+def whole_run(root: Path, args: list[str], plain_exit: bool) -> tuple[float, float]:
+    """Wall and CPU seconds (children's rusage) of one complete run, exit included."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    head = [sys.executable, "-c", PLAIN_EXIT] if plain_exit else [sys.executable, "-m", "balagg"]
+    shutil.rmtree(root / "w", ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.time()
+    subprocess.run([*head, *[a.format(root=root) for a in args]], cwd=root, check=True, capture_output=True, env=env)
+    wall = time.time() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
@@ -121,6 +145,16 @@ def main() -> None:
             wall = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[1] for r in runs)
             print(f"{label:<16} {wall:>7.2f} {cpu:>7.2f}  {runs[-1][2] or '-'}")
+        print(f"\nwhole runs, start to exit: {'balagg exit':>23} {'plain sys.exit':>17}")
+        print(f"{'command':<16} {'wall s':>7} {'cpu s':>7} {'wall s':>9} {'cpu s':>7} {'cpu saved':>10}")
+        for label, _, command in COMMANDS:
+            if label not in WHOLE_RUNS:
+                continue
+            fast = [whole_run(root, command, plain_exit=False) for _ in range(args.repeat)]
+            plain = [whole_run(root, command, plain_exit=True) for _ in range(args.repeat)]
+            f_wall, f_cpu = (statistics.median(r[i] for r in fast) for i in (0, 1))
+            p_wall, p_cpu = (statistics.median(r[i] for r in plain) for i in (0, 1))
+            print(f"{label:<16} {f_wall:>7.2f} {f_cpu:>7.2f} {p_wall:>9.2f} {p_cpu:>7.2f} {p_cpu - f_cpu:>10.2f}")
 
 
 if __name__ == "__main__":

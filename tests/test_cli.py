@@ -37,3 +37,36 @@ def test_weights_rejects_mismatched_input_with_a_clear_message():
     assert "got 2 rewards but 3 lengths" in result.stderr
     result = run_cli("weights", "--rewards", "1,x", "--lengths", "5,6")
     assert result.returncode == 2 and "comma-separated numbers" in result.stderr
+
+
+def test_the_command_line_exits_as_python_would_but_without_module_teardown(tmp_path):
+    """exit_without_teardown: the exit status, then what a normal exit does that a job relies on: a
+    non-daemon thread finishes, atexit handlers run, buffered stdout and stderr reach the pipe."""
+    script = f"""
+import atexit, pathlib, sys, threading, time
+from balagg.cli import exit_without_teardown
+out = pathlib.Path({str(tmp_path)!r})
+def late_writer():
+    time.sleep(0.3)
+    (out / "thread.txt").write_text("done")
+threading.Thread(target=late_writer).start()
+atexit.register(lambda: (out / "atexit.txt").write_text("ran"))
+sys.stdout.write("buffered, no newline")
+sys.stderr.write("also buffered")
+exit_without_teardown(3)
+raise AssertionError("not reached")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert result.stdout == "buffered, no newline" and result.stderr == "also buffered"
+    assert (tmp_path / "thread.txt").read_text() == "done"
+    assert (tmp_path / "atexit.txt").read_text() == "ran"
+
+
+def test_python_m_balagg_keeps_its_exit_status_and_output(capsys):
+    args = ("weights", "--rewards", "1,0,0", "--lengths", "10,20,30")
+    ok = run_cli(*args)
+    assert main(list(args)) == 0
+    assert ok.returncode == 0 and ok.stdout == capsys.readouterr().out  # every line reached the pipe
+    bad = run_cli("weights", "--rewards", "1,0", "--lengths", "5,6,7")
+    assert bad.returncode == 2 and bad.stderr.startswith("error:")

@@ -1,3 +1,4 @@
-from balagg.cli import main
+from balagg.cli import exit_without_teardown, main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    exit_without_teardown(main())

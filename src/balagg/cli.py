@@ -65,7 +65,11 @@ def exit_without_teardown(code: int) -> NoReturn:
     0.5-2.5 s of CPU per process (bench/startup.py: ``exit`` column), about 60 jobs' worth in the
     embedded default. Files are written atomically and closed by the code that writes them, so none
     is left to finalisation. Only ``python -m balagg`` exits this way; :func:`main` returns normally.
+    Under a profiler or tracer (``python -m cProfile -m balagg ...``), which writes its results after
+    the program, the exit is the ordinary one.
     """
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(code)
     main_thread = threading.main_thread()
     for thread in threading.enumerate():
         if thread is not main_thread and not thread.daemon:

@@ -71,6 +71,21 @@ def test_score_and_reward_use_one_verifier_setting():
     assert callable(getattr(__import__(module, fromlist=[function]), function))
 
 
+def test_one_answer_format_list_and_one_default_everywhere():
+    from balagg.evaluation.generation.requests import GenerationConfig
+    from balagg.train.config import CellConfig
+
+    schema = yaml.safe_load(SCHEMA.read_text())["properties"]
+    model_spec = schema["models"]["additionalProperties"]["properties"]["answer_format"]
+    assert tuple(model_spec["enum"]) == contract.ANSWER_FORMATS
+    assert tuple(schema["train"]["properties"]["answer_format"]["enum"]) == contract.ANSWER_FORMATS
+    assert contract.DEFAULT_ANSWER_FORMAT in contract.ANSWER_FORMATS
+    cell = {f.name: f.default for f in dataclasses.fields(CellConfig)}
+    flags = defaults_of(subcommand("tinyworld", "model"))
+    assert cell["answer_format"] == GenerationConfig().answer_format == flags["answer_format"] == (
+        contract.DEFAULT_ANSWER_FORMAT)
+
+
 def test_tinyworld_and_prepare_data_defaults_are_the_workflows():
     data, model = defaults_of(subcommand("tinyworld", "data")), defaults_of(subcommand("tinyworld", "model"))
     assert (data["seed"], data["train_problems"], data["bench_problems"]) == (

@@ -248,6 +248,9 @@ ANSWER_FORMATS = ("boxed", "boxed-strict", "answer-line")
 ``\\boxed{}``), ``boxed-strict`` (the same, and an answer without a box is no answer) or
 ``answer-line`` (DAPO_TEMPLATE asks for a last ``Answer: ...`` line)."""
 
+DEFAULT_ANSWER_FORMAT = "boxed"
+"""The answer format of a model whose config names none (training, generation, scoring, the tiny-world card)."""
+
 CODE_TEMPLATE = (
     "You will be given a question (problem specification) and will generate a correct Python program "
     "that matches the specification and passes all tests.\n\nQuestion: {problem}\n\n{code_instructions}"

@@ -35,7 +35,7 @@ rule tinyworld_model:
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
         regime=tinyworld_regime_arg,
-        answer_format=lambda wildcards: config["models"][wildcards.model].get("answer_format", "boxed"),
+        answer_format=lambda wildcards: config["models"][wildcards.model].get("answer_format", contract.DEFAULT_ANSWER_FORMAT),
     log:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
     benchmark:

@@ -60,7 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--card-problems", type=_positive, default=64, help="problems per training set in the card")
     model.add_argument("--card-samples", type=_positive, default=8, help="samples per problem in the card")
     model.add_argument("--max-new-tokens", type=_positive, default=96)
-    model.add_argument("--answer-format", choices=contract.ANSWER_FORMATS, default="boxed",
+    model.add_argument("--answer-format", choices=contract.ANSWER_FORMATS, default=contract.DEFAULT_ANSWER_FORMAT,
                        help="how the card's step-0 answers are read (the model's answer_format, as in training)")
     model.add_argument("--regime", default=None,
                        help="laboratory length regime of the warm start (balagg.tinyworld.regimes; default: the "

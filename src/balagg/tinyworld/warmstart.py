@@ -154,7 +154,7 @@ def boxed_integer(text: str) -> int | None:
         return None
 
 
-def answer_checker(answer_format: str = "boxed") -> tuple[str, Callable[[str, str], bool]]:
+def answer_checker(answer_format: str = contract.DEFAULT_ANSWER_FORMAT) -> tuple[str, Callable[[str, str], bool]]:
     """``(description, check(text, gold) -> bool)``: the project's math verifier on what the reward and
     the scoring give it (:func:`balagg.prompts.answer_for_verifier` with ``answer_format``) when its
     pinned math-verify is installed, otherwise integer comparison of the last ``\\boxed{}``."""
@@ -292,7 +292,7 @@ def summary_line(model_name: str, card: dict) -> str:
 
 def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStartConfig | None = None,
                      card_problems: int = 64, samples_per_problem: int = 8, max_new_tokens: int = 96,
-                     train_sets: tuple[str, ...] | None = None, answer_format: str = "boxed") -> dict:
+                     train_sets: tuple[str, ...] | None = None, answer_format: str = contract.DEFAULT_ANSWER_FORMAT) -> dict:
     """Build tiny model ``size``, warm-start it, save it to ``out`` and write ``out/card.json`` last.
 
     The card holds the step-0 statistics per training set found in ``raw_dir`` (its manifest), judged as

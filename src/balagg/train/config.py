@@ -54,7 +54,7 @@ class CellConfig:
     prompt_template: str = contract.MATH_TEMPLATE  # the user turn, rendered by balagg.contract.render_prompt
     use_chat_template: bool = True
     enable_thinking: bool | None = None  # chat template switch (Qwen3); None: the template's default
-    answer_format: str = "boxed"  # one of contract.ANSWER_FORMATS (balagg.prompts.answer_for_verifier)
+    answer_format: str = contract.DEFAULT_ANSWER_FORMAT  # one of contract.ANSWER_FORMATS (balagg.prompts.answer_for_verifier)
     reward_correct: float = 1.0
     reward_incorrect: float = -1.0  # DAPO's +-1
     overlong_buffer_enabled: bool = True

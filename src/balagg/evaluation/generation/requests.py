@@ -31,7 +31,7 @@ class GenerationConfig:
     prompt_style: str = "auto"  # chat template if the tokenizer has one, else the plain template
     system_prompt: str | None = None  # chat style only
     enable_thinking: bool | None = None  # chat style: passed to the chat template (Qwen3), as in training
-    answer_format: str = "boxed"  # what the math prompt asks for; scoring extracts that (balagg.prompts)
+    answer_format: str = contract.DEFAULT_ANSWER_FORMAT  # what the math prompt asks for; scoring extracts that (balagg.prompts)
     math_template: str = contract.MATH_TEMPLATE
     code_template: str = contract.CODE_TEMPLATE
     backend: str = "auto"

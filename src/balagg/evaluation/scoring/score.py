@@ -196,7 +196,7 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     code = [p for p in problems.values() if p.record["kind"] == "code"]
     meta = generations.parent / contract.GENERATION_META_FILE
     generation = json.loads(meta.read_text()) if meta.is_file() else {}
-    answer_format = config.answer_format or generation.get("config", {}).get("answer_format", "boxed")
+    answer_format = config.answer_format or generation.get("config", {}).get("answer_format", contract.DEFAULT_ANSWER_FORMAT)
     _score_math(math, config, counts, answer_format)
     sandbox_info = _score_code(code, config, counts) if code else None
 

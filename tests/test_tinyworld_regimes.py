@@ -12,6 +12,7 @@ import yaml
 
 from balagg.tinyworld.regimes import (
     REGIMES,
+    RETRY_TEXT,
     STEP_TOKENS,
     Regime,
     get_regime,
@@ -79,6 +80,31 @@ def test_spread_has_a_wide_within_side_spread_and_no_gap():
     assert profile["right_std"] > STEP_TOKENS * statistics.pstdev(range(lo, hi + 1)) * 0.9
 
 
+def test_wrong_long_retry_retries_after_each_error_and_boxes_the_last_erroneous_value():
+    regime, rng = get_regime("wrong-long-retry"), random.Random(2)
+    retried_right = 0
+    for _ in range(300):
+        chain = sample_chain(rng, rng.randint(1, 4))
+        wrong, ends = wrong_solution(chain, regime, rng)
+        attempts = wrong.split(" " + RETRY_TEXT + " ")
+        assert ends and len(attempts) == regime.retries + 1
+        for attempt in attempts[:-1]:  # every failed attempt starts the chain again, stops at its error
+            steps = _steps(attempt)
+            assert steps[0][0] == chain.start
+            assert all(c == _true(a, op, b) for a, op, b, c in steps[:-1])
+            a, op, b, c = steps[-1]
+            assert c != _true(a, op, b)
+        assert _steps(attempts[-1])[0][0] == chain.start
+        assert int(BOX.search(wrong).group(1)) == _steps(attempts[-1])[-1][3] != chain.answer
+        right = right_solution(chain, regime, rng)
+        assert int(BOX.search(right).group(1)) == chain.answer
+        retried_right += RETRY_TEXT in right
+        assert right.count(RETRY_TEXT) <= 1
+    assert retried_right / 300 == pytest.approx(regime.right_retry_share, abs=0.07)
+    profile = length_profile(regime)
+    assert profile["wrong_unended_share"] == 0 and profile["wrong_mean"] / profile["right_mean"] > 1.6
+
+
 def test_wrong_long_profile_is_at_least_three_times_longer():
     profile = length_profile(get_regime("wrong-long"))
     assert 0.6 < profile["wrong_unended_share"] < 0.85  # chains of 2+ steps loop (3 in 4 in dapo-math-17k)
@@ -98,6 +124,8 @@ def test_examples_are_deterministic_flawed_at_p_wrong_and_ends_only_where_they_s
 def test_bad_regime_knobs_are_refused():
     with pytest.raises(ValueError, match="wrong_style"):
         Regime("x", 0.3, "ramble")
+    with pytest.raises(ValueError, match="retries"):
+        Regime("x", 0.3, "retry", retries=-1)
     with pytest.raises(ValueError, match="repeats"):
         Regime("x", 0.3, "near-miss", repeats=(3, 1))
     with pytest.raises(ValueError, match="unknown tiny-world regime"):

@@ -18,6 +18,12 @@ regime puts the length where the policy cannot drop it without changing whether 
   much longer.
 - ``spread``: right and wrong answers alike repeat one step ``repeats`` times (uniform, independent of
   correctness); wrong answers carry a near-miss error. A large within-side spread and no gap.
+- ``wrong-long-retry`` (a candidate successor of ``wrong-long``, not in the laboratory grid yet): an
+  attempt that makes a near-miss error stops right after the erroneous step and writes ``retry:``; a
+  wrong answer is ``retries`` such attempts and a last one that boxes its erroneous value, a right
+  answer is the plain chain, after one failed attempt in ``right_retry_share`` of them. Unlike a loop,
+  the length of a wrong answer is effort that pays on other samples (a retry can end right), so the
+  policy cannot drop it without losing reward: wrong answers are long because they are retried.
 
 The knobs (:class:`Regime`) are the share of flawed solutions, the wrong-answer style, the checks, the
 repeat range (spread in tokens: ``STEP_TOKENS`` per repeat) and the loop length in tokens;
@@ -42,7 +48,10 @@ from balagg.tinyworld.tasks import (
 STEP_TOKENS = 7
 """Tokens of one written step or check (``a±b=c.`` and the space), with single-digit values."""
 
-WRONG_STYLES = ("near-miss", "loop", "premature-stop")
+WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry")
+
+RETRY_TEXT = "retry:"
+"""What an attempt writes after its erroneous step (``retry`` style) before starting the chain again."""
 
 
 @dataclass(frozen=True)
@@ -55,12 +64,16 @@ class Regime:
     checks: bool = False  # an inverse check after every step (right and wrong answers alike)
     repeats: tuple[int, int] = (0, 0)  # extra copies of one step, uniform in [lo, hi], both sides
     loop_tokens: int = 120  # length of a looping wrong answer (> the sampling limit: it is truncated)
+    retries: int = 2  # retry style: failed attempts of a wrong answer before its last (boxed) one
+    right_retry_share: float = 0.0  # retry style: right answers that follow one failed attempt
 
     def __post_init__(self):
         if self.wrong_style not in WRONG_STYLES:
             raise ValueError(f"regime {self.name}: unknown wrong_style {self.wrong_style!r}; use one of {WRONG_STYLES}")
         if not 0.0 <= self.p_wrong < 1.0:
             raise ValueError(f"regime {self.name}: p_wrong must be in [0, 1), got {self.p_wrong}")
+        if self.retries < 0 or not 0.0 <= self.right_retry_share <= 1.0:
+            raise ValueError(f"regime {self.name}: retries must be >= 0 and right_retry_share in [0, 1]")
         lo, hi = self.repeats
         if not 0 <= lo <= hi:
             raise ValueError(f"regime {self.name}: repeats must be 0 <= lo <= hi, got {self.repeats}")
@@ -70,6 +83,7 @@ REGIMES: dict[str, Regime] = {
     "wrong-long": Regime("wrong-long", p_wrong=0.4, wrong_style="loop"),
     "right-long": Regime("right-long", p_wrong=0.5, wrong_style="premature-stop", checks=True),
     "spread": Regime("spread", p_wrong=0.4, wrong_style="near-miss", repeats=(0, 8)),
+    "wrong-long-retry": Regime("wrong-long-retry", p_wrong=0.5, wrong_style="retry", retries=2, right_retry_share=0.2),
 }
 
 
@@ -122,9 +136,22 @@ def _near_miss_values(chain: Chain, rng: random.Random) -> tuple[int, list[int]]
     raise ValueError(f"no in-range error for chain {chain.expression}")
 
 
+def _erroneous_attempt(chain: Chain, regime: Regime, rng: random.Random) -> tuple[list[list[str]], int]:
+    """The steps of an attempt up to and including its near-miss error, and the erroneous value."""
+    j, values = _near_miss_values(chain, rng)
+    return _steps(chain, values, regime.checks)[:j + 1], values[j]
+
+
+def _failed_attempt(chain: Chain, regime: Regime, rng: random.Random) -> str:
+    return _join(_erroneous_attempt(chain, regime, rng)[0], None) + " " + RETRY_TEXT
+
+
 def right_solution(chain: Chain, regime: Regime, rng: random.Random) -> str:
     pieces = _with_repeats(_steps(chain, chain.values, regime.checks), rng, regime.repeats)
-    return _join(pieces, _box(chain.answer))
+    text = _join(pieces, _box(chain.answer))
+    if regime.wrong_style == "retry" and rng.random() < regime.right_retry_share:
+        text = _failed_attempt(chain, regime, rng) + " " + text
+    return text
 
 
 def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[str, bool]:
@@ -137,6 +164,14 @@ def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[st
             pieces = _with_repeats(pieces, rng, regime.repeats)
             return _join(pieces, _box(chain.values[j - 1] if j else chain.start)), True
         # every partial value equals the answer: fall back to a near-miss error (as long as a right one)
+    if regime.wrong_style == "retry":
+        failed = [_failed_attempt(chain, regime, rng) for _ in range(regime.retries)]
+        for _ in range(20):  # the boxed erroneous value must not happen to be the answer
+            pieces, value = _erroneous_attempt(chain, regime, rng)
+            if value != chain.answer:
+                return " ".join([*failed, _join(pieces, _box(value))]), True
+        j, values = _near_miss_values(chain, rng)  # the error carried to the end is never the answer
+        return " ".join([*failed, _join(_steps(chain, values, regime.checks), _box(values[-1]))]), True
     if regime.wrong_style == "loop" and chain.n_steps > 1:
         wrong = rng.choice([v for v in range(10) if v not in (chain.values[0], chain.answer)])
         pieces = _steps(Chain(chain.start, chain.ops[:1]), [wrong], regime.checks)
@@ -185,5 +220,5 @@ def length_profile(regime: Regime, seed: int = 0, n: int = 4000) -> dict[str, fl
     }
 
 
-__all__ = ["REGIMES", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
+__all__ = ["REGIMES", "RETRY_TEXT", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
            "regime_examples", "right_solution", "wrong_solution"]

@@ -122,7 +122,7 @@ def whole_run(root: Path, args: list[str], plain_exit: bool) -> tuple[float, flo
     """Wall and CPU seconds (children's rusage) of one complete run, exit included."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     head = [sys.executable, "-c", PLAIN_EXIT] if plain_exit else [sys.executable, "-m", "balagg"]
-    shutil.rmtree(root / "w", ignore_errors=True)
+    shutil.rmtree(root / "w", ignore_errors=True)  # train's workdir: a finished one would only be re-read
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     subprocess.run([*head, *[a.format(root=root) for a in args]], cwd=root, check=True, capture_output=True, env=env)

@@ -161,9 +161,15 @@ def prepare(folder: Path) -> None:
     copy_workflow(folder)
 
 
-def snakemake_command(cores: int, *extra: str) -> list[str]:
-    return [str(Path(sys.executable).parent / "snakemake"), "--cores", str(cores), "--configfile",
-            "configs/smoke.yaml", *extra]
+def snakemake_command(cores: int, *extra: str, job_server: bool = False) -> list[str]:
+    """Snakemake on the smoke grid; with ``job_server``, under `python -m balagg jobserver` (as `make demo`)."""
+    command = [str(Path(sys.executable).parent / "snakemake"), "--cores", str(cores), "--configfile",
+               "configs/smoke.yaml", *extra]
+    return [sys.executable, "-m", "balagg", "jobserver", "--", *command] if job_server else command
+
+
+def is_snakemake(process) -> bool:
+    return any(os.path.basename(word) == "snakemake" for word in process.cmdline()[:2])
 
 
 def environment(folder: Path) -> dict:
@@ -174,7 +180,8 @@ def environment(folder: Path) -> dict:
 
 
 def job_processes(root_pid: int) -> list:
-    """The python processes among Snakemake's descendants (its jobs and their children)."""
+    """The python processes among Snakemake's descendants (its jobs and their children); under the job
+    server (the root), also the jobs forked from it, never Snakemake itself."""
     import psutil
 
     try:
@@ -185,7 +192,7 @@ def job_processes(root_pid: int) -> list:
     for process in children:
         try:
             words = process.cmdline()
-            if any(mark in " ".join(words) for mark in SPARED):
+            if any(mark in " ".join(words) for mark in SPARED) or is_snakemake(process):
                 continue
             if "python" in os.path.basename(words[0]) or "python" in process.name():
                 found.append(process)
@@ -200,17 +207,21 @@ def describe(process) -> str:
     except Exception:  # noqa: BLE001 - it may be gone
         return "?"
     text = " ".join(words)
+    if " -m balagg jobserver " in text:
+        return "a job forked by the job server"
     match = re.search(r"-m balagg (\w[\w-]*(?: \w+)?)", text)
     return match.group(1) if match else os.path.basename(words[1]) if len(words) > 1 else words[0]
 
 
-def run_round(folder: Path, cores: int, rng: random.Random, kill_after: float | None, log) -> dict:
-    """One Snakemake run; if ``kill_after`` is set, kill -9 something at that moment."""
+def run_round(folder: Path, cores: int, rng: random.Random, kill_after: float | None, log,
+              job_server: bool = False) -> dict:
+    """One Snakemake run; if ``kill_after`` is set, kill -9 something at that moment: a job, or
+    Snakemake (under the job server: Snakemake or the server, at even odds)."""
     subprocess.run(snakemake_command(cores, "--unlock"), cwd=folder, env=environment(folder), capture_output=True)
     started = time.monotonic()
     with open(folder / "chaos-snakemake.log", "a") as out:
-        process = subprocess.Popen(snakemake_command(cores, "--rerun-incomplete"), cwd=folder, env=environment(folder),
-                                   stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(snakemake_command(cores, "--rerun-incomplete", job_server=job_server), cwd=folder,
+                                   env=environment(folder), stdout=out, stderr=subprocess.STDOUT)
         kill = None
         if kill_after is not None:
             while process.poll() is None and time.monotonic() - started < kill_after:
@@ -224,12 +235,34 @@ def run_round(folder: Path, cores: int, rng: random.Random, kill_after: float | 
                         victim.send_signal(signal.SIGKILL)
                     except Exception:  # noqa: BLE001 - it ended meanwhile
                         kill["target"] += " (already gone)"
+                elif job_server and rng.random() < 0.5:
+                    # Snakemake gets SIGTERM when its server dies (balagg.jobserver): let it finish stopping
+                    kill = {"at_s": round(time.monotonic() - started, 1), "target": "jobserver"}
+                    snakemakes = [child for child in _children(process.pid) if is_snakemake(child)]
+                    process.send_signal(signal.SIGKILL)
+                    _wait_gone(snakemakes)
                 else:
                     kill = {"at_s": round(time.monotonic() - started, 1), "target": "snakemake"}
-                    process.send_signal(signal.SIGKILL)
+                    target = [child for child in _children(process.pid) if is_snakemake(child)] if job_server else []
+                    (target[0] if target else process).send_signal(signal.SIGKILL)
                 log(f"kill -9 {kill['target']} at {kill['at_s']} s")
         code = process.wait()
     return {"returncode": code, "seconds": round(time.monotonic() - started, 1), "kill": kill}
+
+
+def _wait_gone(processes, timeout: float = 120.0) -> None:
+    import psutil
+
+    psutil.wait_procs(processes, timeout=timeout)
+
+
+def _children(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return []
 
 
 def wait_for_orphans(folder: Path, timeout: float = 300.0) -> None:
@@ -259,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--budget-s", type=float, default=600.0, help="stop killing after this long")
     parser.add_argument("--max-rounds", type=int, default=40)
+    parser.add_argument("--job-server", action="store_true",
+                        help="run the disturbed tree under `balagg jobserver` (the reference runs without)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
 
@@ -279,18 +314,18 @@ def main(argv: list[str] | None = None) -> int:
     while len(rounds) < args.max_rounds:
         killing = len(kills) < args.kills and time.monotonic() - started < args.budget_s
         delay = rng.uniform(1.0, max(2.0, ref["seconds"] / 4)) if killing else None
-        result = run_round(chaos, args.cores, rng, delay, log)
+        result = run_round(chaos, args.cores, rng, delay, log, job_server=args.job_server)
         rounds.append(result)
         if result["kill"]:
             kills.append(result["kill"])
-            if result["kill"]["target"] == "snakemake":
+            if result["kill"]["target"] in ("snakemake", "jobserver"):
                 time.sleep(1.0)  # its orphans go on; the next round must cope with them
         elif result["returncode"] == 0 and not killing:
             break
         elif result["returncode"] == 0 and killing and delay is not None:
             break  # finished before the kill moment: nothing left to disturb
     wait_for_orphans(chaos)
-    final = run_round(chaos, args.cores, rng, None, log)  # whatever orphans left incomplete
+    final = run_round(chaos, args.cores, rng, None, log, job_server=args.job_server)  # what orphans left
     done = final["returncode"] == 0
     files = compare_trees(reference / "results" / CAMPAIGN, chaos / "results" / CAMPAIGN)
     tracking = compare_mlflow(reference / "results" / CAMPAIGN, chaos / "results" / CAMPAIGN)

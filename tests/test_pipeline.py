@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 
 import pytest
 
@@ -24,10 +25,26 @@ CELLS = [f"tiny-s/arith-long/{aggregator}/seed0" for aggregator in AGGREGATORS]
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """A finished smoke campaign in a scratch copy of the workflow; returns its results folder."""
+    """A finished smoke campaign in a scratch copy of the workflow; returns its results folder.
+
+    Run as `make demo` runs the embedded default: Snakemake under `balagg jobserver`, so the jobs
+    below are forked from the job server (test_every_python_job_was_served checks that they were)."""
     work = copy_workflow(tmp_path_factory.mktemp("smoke"))
-    snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", cwd=work)
+    snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", cwd=work, job_server_log=work / JOB_SERVER_LOG)
     return work
+
+
+JOB_SERVER_LOG = "jobserver.log"
+
+
+def test_every_python_job_was_served_by_the_job_server(smoke):
+    """The jobs started once the server listened ran in it: none refused, none failed."""
+    log = (smoke / JOB_SERVER_LOG).read_text()
+    ended = re.findall(r"job \d+ ended \((-?\d+)\).*?: (\S+)", log)
+    assert "refused" not in log, log
+    commands = {command for _status, command in ended}
+    assert {"train", "generate", "score"} <= commands, log
+    assert all(status == "0" for status, _ in ended), log
 
 
 def test_every_cell_trained_and_was_evaluated_at_every_checkpoint(smoke):

@@ -18,12 +18,16 @@ import pytest
 from checkout import REPO, copy_workflow
 
 
-def snakemake(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the venv's snakemake with the venv first on PATH, as `make demo` does (rules call `python`)."""
+def snakemake(*args: str, cwd: Path, check: bool = True, job_server_log: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the venv's snakemake with the venv first on PATH, as `make demo` does (rules call `python`).
+
+    ``job_server_log``: run it under `python -m balagg jobserver --log FILE`, as `make demo` does."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run([str(bin_dir / "snakemake"), *args], cwd=cwd, capture_output=True, text=True,
-                            timeout=600, env=env)
+    command = [str(bin_dir / "snakemake"), *args]
+    if job_server_log is not None:
+        command = [sys.executable, "-m", "balagg", "jobserver", "--log", str(job_server_log), "--", *command]
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result

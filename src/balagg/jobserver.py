@@ -1,0 +1,474 @@
+"""A local fork server for ``python -m balagg`` jobs: import the heavy stack once, fork one child per job.
+
+Why: a workflow job of the embedded default does 2-20 CPU s of work after 3-10 CPU s of importing
+torch, transformers, TRL and MLflow (README, Benchmarks), in each of its ~60 Python jobs. Under
+``python -m balagg jobserver -- COMMAND`` (what ``make demo`` runs around Snakemake), every
+``python -m balagg ARGS`` that COMMAND starts, however deep, hands its work to a child forked from a
+process that has imported those packages already. The job runs the same ``balagg.cli.main(ARGS)`` as
+it would in its own process; only the start-up is shared. The Slurm profile and plain ``snakemake``
+runs do not use it.
+
+Contract, for the process that Snakemake started (the *client*, ``python -m balagg ARGS``):
+
+- its stdin, stdout and stderr (the file descriptors themselves), working directory, environment,
+  ``sys.argv``, ``sys.path`` and umask become the job's;
+- its exit status is the job's: an exit code, or death by the same signal when the job died of one;
+- SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to it are sent on to the job; if it dies (``kill -9``), the
+  server kills the job, so a killed job is a killed job, as without the server;
+- it runs the job itself, in its own process, whenever the server cannot take it: no server at
+  ``BALAGG_JOB_SERVER``, another interpreter, or an environment variable that the preloaded packages
+  read when they are imported (``IMPORT_TIME_ENV``) that differs from the server's, such as a thread
+  count other than Snakemake's default of 1 or a Slurm job's id. Nothing is ever done twice: the
+  server answers with the job's pid before it starts, or refuses before anything has run.
+
+The server forks only while it has a single thread, resets in the child what a fresh interpreter
+would have (signal handlers, logging's root handlers, the temp-dir cache, the process group), and
+never imports balagg's own pipeline modules, which each job imports for itself.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+SOCKET_ENV = "BALAGG_JOB_SERVER"
+"""The environment variable that names the server's Unix socket (set for COMMAND by :func:`serve`)."""
+
+PRELOAD: tuple[str, ...] = (
+    "torch",
+    "transformers",
+    "transformers.models.qwen2.modeling_qwen2",
+    "transformers.generation.utils",
+    "transformers.trainer",
+    "accelerate",
+    "datasets",
+    "trl",
+    "trl.trainer.grpo_trainer",
+    "mlflow",
+    "pandas",
+    "math_verify",
+)
+"""Modules imported before the first fork: what the train, generate, score and track commands import
+before their first useful work (bench/startup.py). One that is not installed is skipped."""
+
+THREAD_ENV: tuple[str, ...] = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                               "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+"""What Snakemake sets to a job's ``threads`` for every shell command; the server imports with 1."""
+
+IMPORT_TIME_ENV: tuple[str, ...] = (
+    "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "PYTORCH_", "CUDA_", "NCCL_", "OMP_",
+    "MKL_", "KMP_", "OPENBLAS_", "GOTO_", "VECLIB_", "NUMEXPR_", "MLFLOW_", "VLLM_", "ACCELERATE_", "TRL_",
+    "PYTHON", "LD_", "SLURM_",
+)
+"""Prefixes of environment variables that a preloaded package may read once, when it is imported; a
+job whose values differ from the server's runs in its own process instead. ``PYTHONPATH`` is not
+compared (every rule sets it to the checkout's src/): the job gets the client's ``sys.path``, its
+own copy of balagg, and a preloaded package only if the job's ``sys.path`` finds it where the server did."""
+
+UNCOMPARED_ENV: tuple[str, ...] = (SOCKET_ENV, "PYTHONPATH")
+
+MAX_FDS = 64
+"""A client with more inheritable descriptors than this runs its job itself."""
+
+_HEADER = struct.Struct("!I")
+
+
+def import_time_env(environ) -> dict[str, str]:
+    """The variables of ``environ`` that :data:`IMPORT_TIME_ENV` names, but :data:`UNCOMPARED_ENV`."""
+    return {key: value for key, value in environ.items()
+            if key.startswith(IMPORT_TIME_ENV) and key not in UNCOMPARED_ENV}
+
+
+def _send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    payload = _HEADER.pack(len(data)) + data
+    if fds:
+        socket.send_fds(sock, [payload], fds)
+    else:
+        sock.sendall(payload)
+
+
+def _receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict | None, list[int]]:
+    """One message (and up to ``max_fds`` descriptors); ``(None, [])`` when the peer has gone."""
+    if max_fds:
+        chunk, fds, _flags, _address = socket.recv_fds(sock, 65536, max_fds)
+    else:
+        chunk, fds = sock.recv(65536), []
+    buffer = bytearray(chunk)
+    if not buffer:
+        return None, fds
+    while len(buffer) < _HEADER.size or len(buffer) < _HEADER.size + _HEADER.unpack_from(buffer)[0]:
+        more = sock.recv(65536)
+        if not more:
+            return None, fds
+        buffer += more
+    (size,) = _HEADER.unpack_from(buffer)
+    return json.loads(buffer[_HEADER.size:_HEADER.size + size]), fds
+
+
+# ---- the client: python -m balagg ARGS --------------------------------------------------------------
+
+def run_through_server(argv: list[str]) -> int | None:
+    """Run ``argv`` (``sys.argv``) as a job of the server named by :data:`SOCKET_ENV`.
+
+    Returns the job's exit code, dies by the job's signal when it died of one, or returns ``None``
+    (nothing has run) when there is no server or it refused the job: the caller then runs it itself.
+    """
+    path = os.environ.get(SOCKET_ENV)
+    if not path or argv[1:2] == ["jobserver"]:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        fds = inherited_fds(exclude=sock.fileno())
+        if len(fds) > MAX_FDS:
+            sock.close()
+            return None
+        request = {"argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ), "path": list(sys.path),
+                   "executable": sys.executable, "umask": _current_umask(), "fds": fds}
+        _send(sock, request, fds)
+        reply, _ = _receive(sock)
+    except OSError:
+        sock.close()
+        return None
+    if reply is None or "pid" not in reply:
+        sock.close()
+        return None
+    return _wait_for_job(sock, reply["pid"])
+
+
+def inherited_fds(exclude: int = -1) -> list[int]:
+    """This process's open descriptors that a program it executed would inherit (0, 1, 2 and any
+    other non-close-on-exec one, such as the train launcher's lock), in order."""
+    fds = []
+    for name in os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"):
+        fd = int(name)
+        try:
+            if fd != exclude and os.get_inheritable(fd):
+                fds.append(fd)
+        except OSError:  # the descriptor of the listing itself, closed by now
+            continue
+    return sorted(fds)
+
+
+def _all_fds() -> list[int]:
+    return [int(name) for name in os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd")]
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _wait_for_job(sock: socket.socket, pid: int) -> int:
+    """Forward signals to the job ``pid`` until the server reports its status."""
+    def forward(signum, _frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, forward)
+    while True:
+        try:
+            reply, _ = _receive(sock)
+            break
+        except InterruptedError:
+            continue
+    if reply is None:  # the server died: the job must not go on without anyone waiting for it
+        forward(signal.SIGKILL, None)
+        print(f"error: the balagg job server ({os.environ.get(SOCKET_ENV)}) went away; job {pid} killed",
+              file=sys.stderr)
+        return 1
+    status = int(reply["status"])
+    if status < 0:  # died of a signal: so does the client, as a job run without the server would
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+        time.sleep(1)
+        return 128 - status
+    return status
+
+
+# ---- the server: python -m balagg jobserver -- COMMAND ---------------------------------------------
+
+@dataclass
+class _Job:
+    pid: int
+    argv: list[str]
+    started: float = field(default_factory=time.monotonic)
+
+
+def preload(modules: tuple[str, ...] = PRELOAD) -> list[str]:
+    """Import ``modules`` with one thread per library (as Snakemake's jobs have); the ones imported."""
+    for name in THREAD_ENV:
+        os.environ[name] = "1"
+    imported = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        imported.append(name)
+    gc.collect()
+    gc.freeze()  # the preloaded objects stay out of the children's collections: fewer copied pages
+    return imported
+
+
+def preloaded_origins() -> dict[str, str]:
+    """Where each imported top-level module (balagg aside) was found on ``sys.path``: ``{name: file}``
+    (extension modules that a package registers under a top-level name are not looked up by it)."""
+    from importlib.machinery import PathFinder
+
+    origins = {}
+    for name, module in list(sys.modules.items()):
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        if "." in name or name == "balagg" or not origin or not os.path.isabs(origin):
+            continue
+        spec = PathFinder.find_spec(name, sys.path)
+        if spec is not None and spec.origin == origin:
+            origins[name] = origin
+    return origins
+
+
+def refusal(request: dict, server_env: dict[str, str], origins: dict[str, str] | None = None,
+            set_by_imports: dict[str, str] | None = None) -> str | None:
+    """Why the server cannot run ``request`` as the client would have run it; ``None`` if it can.
+
+    ``server_env``: the server's :func:`import_time_env` after its imports, which may have set some
+    variables (``set_by_imports``: torch sets ``KMP_*``, ``TORCHINDUCTOR_CACHE_DIR``) as they would in
+    the client, so those count as the client's where it has none (a job started by a served job has
+    them). ``origins`` (:func:`preloaded_origins`): each must be where the job's ``sys.path`` finds it."""
+    set_by_imports = set_by_imports or {}
+    if request.get("executable") != sys.executable:
+        return f"another interpreter ({request.get('executable')})"
+    differing = sorted(set(import_time_env(set_by_imports | request["env"]).items()) ^ set(server_env.items()))
+    if differing:
+        return "environment differs in " + ", ".join(sorted({key for key, _ in differing}))
+    if origins and request.get("path") != sys.path:
+        from importlib.machinery import PathFinder
+
+        for name, origin in origins.items():
+            spec = PathFinder.find_spec(name, request["path"])
+            if spec is None or spec.origin != origin:
+                return f"the job's sys.path finds {name} elsewhere ({spec.origin if spec else 'nowhere'})"
+    return None
+
+
+def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: tuple[str, ...] = PRELOAD) -> int:
+    """Run ``command`` with :data:`SOCKET_ENV` pointing at a fork server; return its exit status.
+
+    ``log``: a file (its folder made if needed) that gets one line per job started, refused and ended,
+    with the job's wall and CPU seconds (``wait4``'s usage of the job and what it waited for).
+
+    The server preloads ``modules`` while ``command`` starts, then listens; a job started before it
+    listens runs in its own process. When ``command`` ends, the server stops taking jobs, waits for
+    the ones running (as jobs left by a killed Snakemake go on) and returns ``command``'s status.
+    SIGINT is left to ``command`` (Ctrl-C reaches it from the terminal); SIGTERM and SIGHUP are passed on;
+    if the server itself is killed, ``command`` gets SIGTERM (Linux) and the running jobs are killed by
+    their clients, which see the server go.
+    """
+    if log is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+        log = open(log, "a")
+
+    def note(message: str) -> None:
+        if log is not None:
+            print(f"{time.strftime('%H:%M:%S')} jobserver: {message}", file=log, flush=True)
+
+    folder = tempfile.mkdtemp(prefix="balagg-jobs-")
+    path = os.path.join(folder, "socket")
+    child_env = dict(os.environ) | {SOCKET_ENV: path}
+    from balagg.train.launch import die_with_parent
+
+    # command gets SIGTERM if the server dies (kill -9): Snakemake then stops its jobs as on Ctrl-C
+    process = subprocess.Popen(command, env=child_env, preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda signum, _frame: process.send_signal(signum))
+    listener = None
+    try:
+        started = time.monotonic()
+        before = dict(os.environ) | {name: "1" for name in THREAD_ENV}
+        imported = preload(modules)
+        set_by_imports = {key: value for key, value in os.environ.items() if key not in before}
+        server_env = import_time_env(before | set_by_imports)
+        origins = preloaded_origins()
+        if threading.active_count() != 1:
+            note(f"preloading started {threading.active_count() - 1} thread(s): forking is unsafe, serving no jobs")
+            return process.wait()
+        note(f"preloaded {', '.join(imported)} in {time.monotonic() - started:.1f} s; listening on {path}")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path + ".new")
+        listener.listen(64)
+        os.rename(path + ".new", path)  # the socket appears listening: a client never finds it half-made
+        return _serve_until(process, listener, (server_env, origins, set_by_imports), set_by_imports, note)
+    finally:
+        if listener is not None:
+            listener.close()
+        for name in (path, folder):
+            try:
+                os.rmdir(name) if name == folder else os.unlink(name)
+            except OSError:
+                pass
+
+
+def _serve_until(process: subprocess.Popen, listener: socket.socket, server_state: tuple[dict, dict, dict],
+                 set_by_imports: dict[str, str], note) -> int:
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    jobs: dict[socket.socket, _Job] = {}
+    served = 0
+    while True:
+        status = process.poll()
+        if status is not None and not jobs:
+            note(f"command ended ({status}); {served} job(s) served")
+            return status
+        if status is not None and listener in selector.get_map():
+            selector.unregister(listener)  # no new jobs once the command has ended
+        for key, _events in selector.select(timeout=0.05):
+            if key.fileobj is listener:
+                conn, _ = listener.accept()
+                job = _start_job(conn, listener, jobs, server_state, set_by_imports, note)
+                if job is None:
+                    conn.close()
+                else:
+                    jobs[conn] = job
+                    served += 1
+                    selector.register(conn, selectors.EVENT_READ)
+            else:  # a client spoke or went away while its job runs: it was killed
+                job = jobs[key.fileobj]
+                if not key.fileobj.recv(1):
+                    selector.unregister(key.fileobj)
+                    note(f"job {job.pid} lost its client: killed")
+                    _kill(job.pid)
+        for conn, job in list(jobs.items()):
+            done, raw, usage = os.wait4(job.pid, os.WNOHANG)
+            if not done:
+                continue
+            status = os.waitstatus_to_exitcode(raw)
+            note(f"job {job.pid} ended ({status}) after {time.monotonic() - job.started:.1f} s, "
+                 f"{usage.ru_utime + usage.ru_stime:.1f} CPU s: {' '.join(job.argv[1:])}")
+            try:
+                _send(conn, {"status": status})
+            except OSError:
+                pass
+            if conn in selector.get_map():
+                selector.unregister(conn)
+            conn.close()
+            del jobs[conn]
+
+
+def _kill(pid: int) -> None:
+    """Kill the job and whatever it started (its process group, made at the fork)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _start_job(conn, listener, jobs, server_state, set_by_imports, note) -> _Job | None:
+    try:
+        request, fds = _receive(conn, max_fds=MAX_FDS)
+    except (OSError, ValueError) as error:
+        note(f"bad request: {error}")
+        return None
+    if request is None or len(fds) != len(request.get("fds", ())) or request["fds"][:3] != [0, 1, 2]:
+        for fd in fds:
+            os.close(fd)
+        return None
+    reason = refusal(request, *server_state)
+    if reason is not None:
+        note(f"refused ({reason}): {' '.join(request['argv'][1:])}")
+        _send(conn, {"refused": reason})
+        for fd in fds:
+            os.close(fd)
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    pid = os.fork()
+    if pid == 0:  # the job
+        try:
+            listener.close()
+            for other in jobs:
+                other.close()
+            conn.close()
+            _become_job(request, fds, set_by_imports)
+        finally:
+            os._exit(70)  # only if _become_job itself failed
+    try:
+        os.setpgid(pid, pid)  # as the child does: no window in which a kill misses its group
+    except OSError:
+        pass
+    for fd in fds:
+        os.close(fd)
+    _send(conn, {"pid": pid})
+    note(f"job {pid} started: {' '.join(request['argv'][1:])}")
+    return _Job(pid=pid, argv=request["argv"])
+
+
+def _become_job(request: dict, fds: list[int], set_by_imports: dict[str, str]) -> None:
+    """In the forked child: take the client's place, run ``balagg.cli.main`` and exit with its status.
+
+    The environment is the client's plus what the preloaded imports set for themselves where the
+    client has no value (torch sets ``KMP_*`` and ``TORCHINDUCTOR_CACHE_DIR``), as after those imports
+    in the client's own process."""
+    import logging
+
+    os.setpgid(0, 0)  # signals reach the job through its client only, as exactly one copy
+    import fcntl
+
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1024) for fd in fds]  # out of the way of the targets
+    for target, fd in zip(request["fds"], high):
+        os.dup2(fd, target)  # inheritable, as after exec
+    keep = set(request["fds"])
+    # What exec would close: the copies above and the server's own descriptors (its log, its selector;
+    # the objects that own them live in the server's frames below this one, never finalised here).
+    for fd in _all_fds():
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(set_by_imports | request["env"])
+    os.umask(request["umask"])
+    sys.argv = list(request["argv"])
+    sys.path[:] = request["path"]
+    tempfile.tempdir = None
+    for handler in list(logging.root.handlers):
+        logging.root.removeHandler(handler)
+    logging.root.setLevel(logging.WARNING)
+    for name in [name for name in sys.modules if name == "balagg" or name.startswith("balagg.")]:
+        del sys.modules[name]  # the job imports balagg from its own sys.path (a tree's own src/, say)
+    from balagg.cli import exit_without_teardown, main
+
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as stop:  # argparse's errors and --help
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if not isinstance(stop.code, int) and stop.code is not None:
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    exit_without_teardown(code)

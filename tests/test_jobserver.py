@@ -1,0 +1,179 @@
+"""The local fork server (balagg.jobserver): a job run through it is the job run in its own process.
+
+Each test starts ``python -m balagg jobserver`` around a small shell script that plays Snakemake's part
+(its thread variables set to 1, as Snakemake sets them for a one-thread job), and reads the server's
+log to know which jobs it served. Most preload only ``json`` (the contract does not depend on what is
+preloaded); one preloads the real stack, to show that it leaves the server fork-safe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from balagg.jobserver import PRELOAD, SOCKET_ENV, THREAD_ENV, import_time_env, refusal
+
+ONE_THREAD = {name: "1" for name in THREAD_ENV}
+LISTENING = f'while [ ! -S "${SOCKET_ENV}" ]; do sleep 0.05; done; '
+"""Script prefix: wait until the server listens (a job started before that runs in its own process)."""
+WEIGHTS = "weights --rewards 1,0,0,1,0,1,0,0 --lengths 10,30,50,20,40,60,30,90 --groups 0,0,0,0,1,1,1,1"
+
+
+def environment(**extra: str) -> dict:
+    env = {key: value for key, value in os.environ.items() if key != SOCKET_ENV}
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else src
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env | ONE_THREAD | extra
+
+
+def serve(script: str, tmp_path: Path, *, preload: str = "json", timeout: float = 120) -> tuple[subprocess.CompletedProcess, str]:
+    """Run ``bash -c script`` under a job server in ``tmp_path``; (the run, the server's log)."""
+    log = tmp_path / "jobserver.log"
+    run = subprocess.run([sys.executable, "-m", "balagg", "jobserver", "--log", str(log), "--preload", preload,
+                          "--", "bash", "-c", LISTENING + script], cwd=tmp_path, env=environment(), capture_output=True,
+                         text=True, timeout=timeout)
+    return run, log.read_text() if log.exists() else ""
+
+
+def served(log: str) -> list[str]:
+    return re.findall(r"job \d+ ended \((-?\d+)\)", log)
+
+
+def test_a_served_job_prints_and_exits_as_the_same_job_run_alone(tmp_path):
+    script = (f"python -m balagg {WEIGHTS} > served.out 2> served.err; echo $? > served.rc; "
+              f"env -u {SOCKET_ENV} python -m balagg {WEIGHTS} > alone.out 2> alone.err; echo $? > alone.rc; "
+              "python -m balagg summary --campaign-dir missing > bad.out 2> bad.err; echo $? > bad.rc; "
+              f"env -u {SOCKET_ENV} python -m balagg summary --campaign-dir missing 2> bad-alone.err; echo $? > bad-alone.rc")
+    run, log = serve(script, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert served(log) == ["0", "2"], log
+    assert (tmp_path / "served.out").read_text() == (tmp_path / "alone.out").read_text() != ""
+    assert (tmp_path / "served.rc").read_text() == (tmp_path / "alone.rc").read_text() == "0\n"
+    assert (tmp_path / "bad.rc").read_text() == (tmp_path / "bad-alone.rc").read_text() == "2\n"
+    assert (tmp_path / "bad.err").read_text() == (tmp_path / "bad-alone.err").read_text()
+    assert "missing" in (tmp_path / "bad.err").read_text()
+
+
+def test_the_job_gets_the_clients_directory_and_arguments(tmp_path):
+    (tmp_path / "sub").mkdir()
+    script = "cd sub && python -m balagg summary --campaign-dir . 2> err; echo $? > rc"
+    run, log = serve(script, tmp_path)
+    assert served(log) == ["2"], log
+    # the relative path was resolved in the client's directory, not the server's
+    assert "analysis/table1.md not found" in (tmp_path / "sub" / "err").read_text()
+
+
+def test_a_job_whose_import_time_environment_differs_runs_in_its_own_process(tmp_path):
+    script = f"OMP_NUM_THREADS=2 python -m balagg {WEIGHTS} > out; echo $? > rc"
+    run, log = serve(script, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert served(log) == [] and "refused (environment differs in OMP_NUM_THREADS)" in log
+    assert (tmp_path / "rc").read_text() == "0\n" and "balanced-agg" in (tmp_path / "out").read_text()
+
+
+def test_refusal_names_the_differing_variables_and_the_interpreter():
+    server = import_time_env({"OMP_NUM_THREADS": "1", "HOME": "/a", "HF_HUB_OFFLINE": "1"})
+    assert server == {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    same = {"executable": sys.executable, "env": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HOME": "/b",
+                                                  SOCKET_ENV: "/x"}}
+    assert refusal(same, server) is None
+    assert "SLURM_JOB_ID" in refusal(same | {"env": same["env"] | {"SLURM_JOB_ID": "7"}}, server)
+    assert "HF_HUB_OFFLINE" in refusal(same | {"env": {"OMP_NUM_THREADS": "1"}}, server)
+    assert "interpreter" in refusal(same | {"executable": "/usr/bin/python0"}, server)
+    # what the server's imports set (torch: KMP_*) counts as the client's when it has none, and a job
+    # started by a served job, which has it, is served too; another value is not
+    imports = {"KMP_INIT_AT_FORK": "FALSE"}
+    after = server | imports
+    assert refusal(same, after, None, imports) is None
+    assert refusal(same | {"env": same["env"] | imports}, after, None, imports) is None
+    assert "KMP_INIT_AT_FORK" in refusal(same | {"env": same["env"] | {"KMP_INIT_AT_FORK": "TRUE"}}, after, None, imports)
+
+
+def test_without_a_listening_server_the_client_runs_the_job_itself(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "balagg", *WEIGHTS.split()], cwd=tmp_path, capture_output=True,
+                         text=True, env=environment(**{SOCKET_ENV: str(tmp_path / "no-socket")}), timeout=120)
+    assert run.returncode == 0 and "balanced-agg" in run.stdout, run.stderr
+
+
+def _started_job(log_path: Path, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = re.search(r"job (\d+) started", log_path.read_text() if log_path.exists() else "")
+        if match:
+            return int(match.group(1))
+        time.sleep(0.05)
+    raise AssertionError(f"no job started: {log_path.read_text() if log_path.exists() else 'no log'}")
+
+
+def _gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists() or "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("signum, expected", [(signal.SIGKILL, "137"), (signal.SIGTERM, "143")])
+def test_a_signal_to_the_client_ends_the_job(tmp_path, signum, expected):
+    """kill -9 of the client: the server kills the job; SIGTERM: passed on, and the client dies of it."""
+    os.mkfifo(tmp_path / "never-written")  # the job blocks opening it, until killed
+    log = tmp_path / "jobserver.log"
+    script = ("python -m balagg curve --out curve.csv never-written & echo $! > client.pid; "
+              "wait $!; echo $? > client.rc")
+    server = subprocess.Popen([sys.executable, "-m", "balagg", "jobserver", "--log", str(log), "--preload", "json",
+                               "--", "bash", "-c", LISTENING + script], cwd=tmp_path, env=environment())
+    try:
+        job = _started_job(log)
+        client = int((tmp_path / "client.pid").read_text())
+        assert Path(f"/proc/{job}").exists() and not _gone(job, timeout=0.5)
+        os.kill(client, signum)
+        assert _gone(job), "the job outlived its client"
+        assert server.wait(timeout=30) == 0
+        assert (tmp_path / "client.rc").read_text().strip() == expected
+        assert not (tmp_path / "curve.csv").exists()
+    finally:
+        server.kill()
+
+
+def test_the_real_preload_leaves_the_server_able_to_fork(tmp_path):
+    """torch, transformers, TRL and MLflow imported, no thread started: the job is served."""
+    script = f"python -m balagg {WEIGHTS} > out"
+    run, log = serve(script, tmp_path, preload=",".join(PRELOAD), timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "torch" in log and "transformers" in log and served(log) == ["0"], log
+    assert "balanced-agg" in (tmp_path / "out").read_text()
+
+
+def test_a_job_runs_the_balagg_on_its_own_sys_path_not_the_servers(tmp_path):
+    """As a workflow tree with its own src/ (the chaos test's trees): the job imports that copy."""
+    import shutil
+
+    tree = tmp_path / "tree" / "src"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "src" / "balagg", tree / "balagg",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    init = tree / "balagg" / "__init__.py"
+    init.write_text(re.sub(r'__version__ = "[^"]*"', '__version__ = "9.9.9-tree"', init.read_text()))
+    script = f"PYTHONPATH={tree}:$PYTHONPATH python -m balagg --version > version"
+    run, log = serve(script, tmp_path)
+    assert served(log) == ["0"], log
+    assert (tmp_path / "version").read_text().strip() == "balagg 9.9.9-tree"
+
+
+def test_a_job_whose_sys_path_finds_a_preloaded_package_elsewhere_is_refused(tmp_path):
+    """(``wave``: preloaded by the server, never imported by the client itself.)"""
+    shadow = tmp_path / "shadow" / "wave"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    script = f"PYTHONPATH={shadow.parent}:$PYTHONPATH python -m balagg --version > version; echo $? > rc"
+    run, log = serve(script, tmp_path, preload="json,wave")
+    assert served(log) == [] and f"finds wave elsewhere ({shadow / '__init__.py'})" in log, log
+    assert (tmp_path / "rc").read_text() == "0\n" and "balagg" in (tmp_path / "version").read_text()

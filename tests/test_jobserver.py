@@ -122,9 +122,13 @@ def _gone(pid: int, timeout: float = 10) -> bool:
     return False
 
 
-@pytest.mark.parametrize("signum, expected", [(signal.SIGKILL, "137"), (signal.SIGTERM, "143")])
-def test_a_signal_to_the_client_ends_the_job(tmp_path, signum, expected):
-    """kill -9 of the client: the server kills the job; SIGTERM: passed on, and the client dies of it."""
+@pytest.mark.parametrize("target, signum, expected", [("client", signal.SIGKILL, "137"),
+                                                     ("client", signal.SIGTERM, "143"),
+                                                     ("job", signal.SIGKILL, "137")])
+def test_a_signal_ends_the_job_and_its_client_together(tmp_path, target, signum, expected):
+    """kill -9 of the client: the server kills the job; SIGTERM to the client: passed on, and the
+    client dies of it too; kill -9 of the job itself: its client dies of SIGKILL, as the job would
+    have without the server (what Snakemake sees is the same)."""
     os.mkfifo(tmp_path / "never-written")  # the job blocks opening it, until killed
     log = tmp_path / "jobserver.log"
     script = ("python -m balagg curve --out curve.csv never-written & echo $! > client.pid; "
@@ -135,8 +139,9 @@ def test_a_signal_to_the_client_ends_the_job(tmp_path, signum, expected):
         job = _started_job(log)
         client = int((tmp_path / "client.pid").read_text())
         assert Path(f"/proc/{job}").exists() and not _gone(job, timeout=0.5)
-        os.kill(client, signum)
+        os.kill(client if target == "client" else job, signum)
         assert _gone(job), "the job outlived its client"
+        assert _gone(client), "the client outlived its job"
         assert server.wait(timeout=30) == 0
         assert (tmp_path / "client.rc").read_text().strip() == expected
         assert not (tmp_path / "curve.csv").exists()
@@ -177,3 +182,18 @@ def test_a_job_whose_sys_path_finds_a_preloaded_package_elsewhere_is_refused(tmp
     run, log = serve(script, tmp_path, preload="json,wave")
     assert served(log) == [] and f"finds wave elsewhere ({shadow / '__init__.py'})" in log, log
     assert (tmp_path / "rc").read_text() == "0\n" and "balagg" in (tmp_path / "version").read_text()
+
+
+def test_a_command_that_ends_during_the_preload_ends_the_server_without_the_rest_of_it(tmp_path):
+    """A second `make demo` with nothing to do must not wait for torch, transformers, TRL and MLflow."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "slow_first.py").write_text("import time\ntime.sleep(2)\n")
+    (modules / "never_reached.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    log = tmp_path / "jobserver.log"
+    env = environment(PYTHONPATH=f"{modules}{os.pathsep}{environment()['PYTHONPATH']}")
+    run = subprocess.run([sys.executable, "-m", "balagg", "jobserver", "--log", str(log), "--preload",
+                          "slow_first,never_reached", "--", "true"], cwd=tmp_path, env=env, timeout=60)
+    assert run.returncode == 0
+    assert "command ended (0) during the preload" in log.read_text()
+    assert not (tmp_path / "imported").exists()

@@ -196,7 +196,8 @@ def _wait_for_job(sock: socket.socket, pid: int) -> int:
         return 1
     status = int(reply["status"])
     if status < 0:  # died of a signal: so does the client, as a job run without the server would
-        signal.signal(-status, signal.SIG_DFL)
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
+            signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
         time.sleep(1)
         return 128 - status
@@ -212,12 +213,16 @@ class _Job:
     started: float = field(default_factory=time.monotonic)
 
 
-def preload(modules: tuple[str, ...] = PRELOAD) -> list[str]:
-    """Import ``modules`` with one thread per library (as Snakemake's jobs have); the ones imported."""
+def preload(modules: tuple[str, ...] = PRELOAD, stop=lambda: False) -> list[str]:
+    """Import ``modules`` with one thread per library (as Snakemake's jobs have); the ones imported.
+
+    ``stop()`` is asked before each import; once it is true the rest is skipped (the command ended)."""
     for name in THREAD_ENV:
         os.environ[name] = "1"
     imported = []
     for name in modules:
+        if stop():
+            break
         try:
             importlib.import_module(name)
         except ImportError:
@@ -303,7 +308,10 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
     try:
         started = time.monotonic()
         before = dict(os.environ) | {name: "1" for name in THREAD_ENV}
-        imported = preload(modules)
+        imported = preload(modules, stop=lambda: process.poll() is not None)
+        if process.poll() is not None:  # nothing left to serve (a second `make demo` with nothing to do)
+            note(f"command ended ({process.returncode}) during the preload; no job served")
+            return process.returncode
         set_by_imports = {key: value for key, value in os.environ.items() if key not in before}
         server_env = import_time_env(before | set_by_imports)
         origins = preloaded_origins()

@@ -50,6 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from balagg.commands.generate import checkpoint_pairs
     from balagg.evaluation.scoring.score import ScoreConfig, score
+    from balagg.evaluation.verify.pool import VerifierPool
 
     config = ScoreConfig(workers=args.workers, math_timeout_s=args.math_timeout, code_timeout_s=args.code_timeout,
                          pass_ks=args.pass_k, allow_missing=args.allow_missing,
@@ -57,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
     pairs = checkpoint_pairs(args.generations, args.out)
     if len(pairs) > 1 and (args.step is not None or args.checkpoint is not None):
         raise ValueError("--step and --checkpoint name one checkpoint: give them with a single --generations")
-    for generations, out in pairs:
-        summary = score(generations, args.benchmarks_dir, out, config, checkpoint=args.checkpoint, step=args.step)
-        _print_summary(summary)
+    with VerifierPool(workers=config.workers, timeout_s=config.math_timeout_s) as pool:  # started once, if needed
+        for generations, out in pairs:
+            summary = score(generations, args.benchmarks_dir, out, config, checkpoint=args.checkpoint,
+                            step=args.step, pool=pool)
+            _print_summary(summary)
     return 0
 
 

@@ -119,7 +119,8 @@ def group_generations(generations: Path, benchmarks_dir: Path, allow_missing: bo
     return ordered, sizes.pop()
 
 
-def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict, answer_format: str) -> None:
+def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict, answer_format: str,
+                pool: VerifierPool | None = None) -> None:
     for problem in problems:  # a gold the verifier cannot read is a data error: say which
         try:
             parse_gold(problem.record["answer"])
@@ -136,7 +137,10 @@ def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict, ans
             owners.append((problem, row["sample"]))
     if not pairs:
         return
-    with VerifierPool(workers=config.workers, timeout_s=config.math_timeout_s) as pool:
+    if pool is None:
+        with VerifierPool(workers=config.workers, timeout_s=config.math_timeout_s) as own:
+            result = own.verify(pairs)
+    else:
         result = pool.verify(pairs)
     for (problem, sample), verdict in zip(owners, result.verdicts):
         problem.flags[sample] = int(verdict)
@@ -176,11 +180,14 @@ def _score_code(problems: list[_Problem], config: ScoreConfig, counts: dict) -> 
 
 
 def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out_dir: str | os.PathLike,
-          config: ScoreConfig | None = None, checkpoint: str | None = None, step: int | None = None) -> dict:
+          config: ScoreConfig | None = None, checkpoint: str | None = None, step: int | None = None,
+          pool: VerifierPool | None = None) -> dict:
     """Write ``{out_dir}/scores.jsonl`` and ``{out_dir}/summary.json``; return the summary.
 
     ``checkpoint`` defaults to the one in ``generation.json`` next to the generations; ``step`` to the
-    ``step-N`` directory in the output or generations path."""
+    ``step-N`` directory in the output or generations path. ``pool``: a math verifier pool to use (made
+    with ``config``'s workers and timeout), so that scoring several checkpoints starts its workers
+    once (each loads the verifier: about 0.75 s); by default one is made for this call."""
     config = config or ScoreConfig()
     generations, benchmarks_dir, out_dir = Path(generations), Path(benchmarks_dir), Path(out_dir)
     if not generations.is_file():
@@ -197,7 +204,7 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     meta = generations.parent / contract.GENERATION_META_FILE
     generation = json.loads(meta.read_text()) if meta.is_file() else {}
     answer_format = config.answer_format or generation.get("config", {}).get("answer_format", contract.DEFAULT_ANSWER_FORMAT)
-    _score_math(math, config, counts, answer_format)
+    _score_math(math, config, counts, answer_format, pool)
     sandbox_info = _score_code(code, config, counts) if code else None
 
     lines, per_benchmark = [], defaultdict(list)

@@ -16,6 +16,10 @@
    (not superseded) run per cell, no (key, step) logged twice in any run, the same points as the
    reference run's (wall-clock keys aside), one analysis run.
 
+With ``--job-server`` the disturbed tree runs under `balagg jobserver`: once it serves jobs, a kill
+of a job picks among the jobs forked by the server and the ``python -m balagg`` clients waiting for
+them (the kills of ordinary jobs are the plain run's), and the server itself is a target as Snakemake is.
+
 Prints the kills (what, when) and the comparison, writes WORK/chaos-report.json, exits 1 on any
 difference. Deterministic given the seed except for the moments the scheduler picks.
 """
@@ -201,6 +205,16 @@ def job_processes(root_pid: int) -> list:
     return found
 
 
+SERVED_JOB = "a job forked by the job server"
+
+
+def _cmdline(process) -> list[str]:
+    try:
+        return process.cmdline()
+    except Exception:  # noqa: BLE001 - it may be gone
+        return []
+
+
 def describe(process) -> str:
     try:
         words = process.cmdline()
@@ -208,7 +222,7 @@ def describe(process) -> str:
         return "?"
     text = " ".join(words)
     if " -m balagg jobserver " in text:
-        return "a job forked by the job server"
+        return SERVED_JOB
     match = re.search(r"-m balagg (\w[\w-]*(?: \w+)?)", text)
     return match.group(1) if match else os.path.basename(words[1]) if len(words) > 1 else words[0]
 
@@ -228,6 +242,10 @@ def run_round(folder: Path, cores: int, rng: random.Random, kill_after: float | 
                 time.sleep(0.05)
             if process.poll() is None:
                 jobs = job_processes(process.pid)
+                served = [job for job in jobs if describe(job) == SERVED_JOB]
+                if job_server and served:  # the jobs this mode is about, and their clients
+                    jobs = served + [job for job in jobs if describe(job) not in (SERVED_JOB, "?")
+                                     and " -m balagg " in " ".join(_cmdline(job))]
                 if jobs and rng.random() >= 0.25:
                     victim = rng.choice(sorted(jobs, key=lambda p: p.pid))
                     kill = {"at_s": round(time.monotonic() - started, 1), "target": describe(victim)}

@@ -197,3 +197,16 @@ def test_a_command_that_ends_during_the_preload_ends_the_server_without_the_rest
     assert run.returncode == 0
     assert "command ended (0) during the preload" in log.read_text()
     assert not (tmp_path / "imported").exists()
+
+
+def test_a_server_that_cannot_listen_still_runs_the_command_and_its_jobs(tmp_path):
+    """A socket path too long for AF_UNIX (a deep TMPDIR): no server, the same results, a line in its log."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    log = tmp_path / "jobserver.log"
+    run = subprocess.run([sys.executable, "-m", "balagg", "jobserver", "--log", str(log), "--preload", "json", "--",
+                          "bash", "-c", f"python -m balagg {WEIGHTS} > out; exit 3"], cwd=tmp_path,
+                         env=environment(TMPDIR=str(deep)), timeout=120)
+    assert run.returncode == 3  # the command's own status
+    assert "cannot listen" in log.read_text() and served(log.read_text()) == []
+    assert "balanced-agg" in (tmp_path / "out").read_text()

@@ -200,8 +200,7 @@ def _wait_for_job(sock: socket.socket, pid: int) -> int:
             signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
         time.sleep(1)
-        return 128 - status
-    return status
+    return exit_status(status)
 
 
 # ---- the server: python -m balagg jobserver -- COMMAND ---------------------------------------------
@@ -225,7 +224,7 @@ def preload(modules: tuple[str, ...] = PRELOAD, stop=lambda: False) -> list[str]
             break
         try:
             importlib.import_module(name)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - not installed, or broken: the jobs that need it import it themselves
             continue
         imported.append(name)
     gc.collect()
@@ -294,7 +293,12 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
         if log is not None:
             print(f"{time.strftime('%H:%M:%S')} jobserver: {message}", file=log, flush=True)
 
-    folder = tempfile.mkdtemp(prefix="balagg-jobs-")
+    try:
+        folder = tempfile.mkdtemp(prefix="balagg-jobs-")
+    except OSError as error:  # the server only saves time: without it, every job runs in its own process
+        print(f"balagg jobserver: no socket folder ({error}); running the command without a job server",
+              file=sys.stderr)
+        return exit_status(subprocess.call(command))
     path = os.path.join(folder, "socket")
     child_env = dict(os.environ) | {SOCKET_ENV: path}
     from balagg.train.launch import die_with_parent
@@ -311,19 +315,31 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
         imported = preload(modules, stop=lambda: process.poll() is not None)
         if process.poll() is not None:  # nothing left to serve (a second `make demo` with nothing to do)
             note(f"command ended ({process.returncode}) during the preload; no job served")
-            return process.returncode
+            return exit_status(process.returncode)
         set_by_imports = {key: value for key, value in os.environ.items() if key not in before}
         server_env = import_time_env(before | set_by_imports)
         origins = preloaded_origins()
         if threading.active_count() != 1:
             note(f"preloading started {threading.active_count() - 1} thread(s): forking is unsafe, serving no jobs")
-            return process.wait()
+            return exit_status(process.wait())
+        try:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path + ".new")
+            listener.listen(64)
+            os.rename(path + ".new", path)  # the socket appears listening: a client never finds it half-made
+        except OSError as error:  # a socket path too long for AF_UNIX, say: the jobs run in their own processes
+            note(f"cannot listen on {path} ({error}); serving no jobs")
+            return exit_status(process.wait())
         note(f"preloaded {', '.join(imported)} in {time.monotonic() - started:.1f} s; listening on {path}")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path + ".new")
-        listener.listen(64)
-        os.rename(path + ".new", path)  # the socket appears listening: a client never finds it half-made
-        return _serve_until(process, listener, (server_env, origins, set_by_imports), set_by_imports, note)
+        try:
+            return exit_status(_serve_until(process, listener, (server_env, origins, set_by_imports),
+                                            set_by_imports, note))
+        except Exception:  # noqa: BLE001 - a bug here must not orphan the command: stop serving, wait for it
+            import traceback
+
+            note("stopped serving after an error:\n" + traceback.format_exc())
+            listener.close()
+            return exit_status(process.wait())
     finally:
         if listener is not None:
             listener.close()
@@ -332,6 +348,11 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
                 os.rmdir(name) if name == folder else os.unlink(name)
             except OSError:
                 pass
+
+
+def exit_status(returncode: int) -> int:
+    """A child's return code as a shell reports it: ``128 + N`` for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def _serve_until(process: subprocess.Popen, listener: socket.socket, server_state: tuple[dict, dict, dict],

@@ -16,9 +16,10 @@
    (not superseded) run per cell, no (key, step) logged twice in any run, the same points as the
    reference run's (wall-clock keys aside), one analysis run.
 
-With ``--job-server`` the disturbed tree runs under `balagg jobserver`: once it serves jobs, a kill
-of a job picks among the jobs forked by the server and the ``python -m balagg`` clients waiting for
-them (the kills of ordinary jobs are the plain run's), and the server itself is a target as Snakemake is.
+With ``--job-server`` the disturbed tree runs under `balagg jobserver`: the kill moment counts from
+the first job the server forks (earlier jobs, the warm start, run before it listens), a kill of a job
+picks among the jobs forked by the server and the ``python -m balagg`` clients waiting for them (the
+kills of ordinary jobs are the plain run's), and the server itself is a target as Snakemake is.
 
 Prints the kills (what, when) and the comparison, writes WORK/chaos-report.json, exits 1 on any
 difference. Deterministic given the seed except for the moments the scheduler picks.
@@ -238,7 +239,12 @@ def run_round(folder: Path, cores: int, rng: random.Random, kill_after: float | 
                                    env=environment(folder), stdout=out, stderr=subprocess.STDOUT)
         kill = None
         if kill_after is not None:
-            while process.poll() is None and time.monotonic() - started < kill_after:
+            clock = started
+            if job_server:  # the moment counts from the first served job: the kills land where the server works
+                while process.poll() is None and not any(describe(job) == SERVED_JOB for job in job_processes(process.pid)):
+                    time.sleep(0.1)
+                clock = time.monotonic()
+            while process.poll() is None and time.monotonic() - clock < kill_after:
                 time.sleep(0.05)
             if process.poll() is None:
                 jobs = job_processes(process.pid)

@@ -1,10 +1,10 @@
 """Benchmark: wall time of the whole tiny-world build, as the default workflow runs it.
 
 Target (issue 4): data + both warm-started models in a few minutes on 2 cores. Runs
-`tinyworld data`, then `tinyworld model` for tiny-s and tiny-m side by side (2 processes x 1 thread,
+`tinyworld data`, then `tinyworld model` for the default's tiny-s and tiny-xs side by side (2 processes x 1 thread,
 the workflow's packing), and prints each step's wall and CPU seconds and the step-0 card lines.
 
-    python bench/tinyworld.py [--out /tmp/tinyworld-bench] [--sft-steps 800] [--sizes tiny-s,tiny-m]
+    python bench/tinyworld.py [--out /tmp/tinyworld-bench] [--sft-steps 800] [--sizes tiny-s,tiny-xs]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="/tmp/tinyworld-bench")
     parser.add_argument("--sft-steps", type=int, default=800)
-    parser.add_argument("--sizes", default="tiny-s,tiny-m")
+    parser.add_argument("--sizes", default="tiny-s,tiny-xs")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     out = Path(args.out)

@@ -96,14 +96,15 @@ def test_default_grid_is_the_papers_shape_on_the_tiny_world(workdir):
     counts = job_counts(snakemake("-n", cwd=workdir).stdout)
     assert counts["train"] == 12
     assert counts["tinyworld_model"] == 2 and counts["tinyworld_data"] == 1
-    # eval.jobs: cell -- one generation and one scoring job per cell for its steps 20, 40, 60; step 0 once per model
+    # eval.jobs: cell -- one generation and one scoring job per cell for its steps 20, 40; step 0 once per model
     assert counts["generate_cell"] == counts["score_cell"] == 12
     assert counts["generate"] == counts["score"] == 2
-    printed = snakemake("-n", "-p", "results/default/tiny-m/arith-long/seq-agg/seed0/eval/curve.csv", cwd=workdir).stdout
+    printed = snakemake("-n", "-p", "results/default/tiny-xs/arith-long/seq-agg/seed0/eval/curve.csv", cwd=workdir).stdout
     (job,) = [job for job in printed.split("\n\n") if "rule generate_cell:" in job]
-    cell = "results/default/tiny-m/arith-long/seq-agg/seed0"
-    for step in ("000020", "000040", "000060"):
+    cell = "results/default/tiny-xs/arith-long/seq-agg/seed0"
+    for step in ("000020", "000040"):
         assert f"--checkpoint {cell}/train/checkpoints/step-{step} --out {cell}/eval/step-{step}" in job
+    assert "step-000060" not in job
 
 
 def test_second_configfile_overrides_keys(workdir):

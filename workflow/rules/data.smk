@@ -40,6 +40,9 @@ rule tinyworld_model:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/tinyworld_model/{{model}}.tsv"
+    # the warm starts are the longest jobs and every cell waits for one: they start before the short
+    # set-up jobs (data preparation, MLflow), which fit beside them
+    priority: 10
     conda:
         "../../envs/cpu.yaml"
     shell:

@@ -49,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     data.set_defaults(func=run_data)
 
     model = actions.add_parser("model", help="build, warm-start and save a tiny model with its card.json")
-    model.add_argument("--size", required=True, help="tiny-s, tiny-m or tiny-l")
+    model.add_argument("--size", required=True, help="tiny-xs, tiny-s, tiny-m or tiny-l")
     model.add_argument("--raw", "--train-data", dest="raw", required=True,
                        help="the raw folder written by `tinyworld data` (its training sets give the card)")
     model.add_argument("--out", required=True, help="checkpoint folder (replaced); card.json is written last")

@@ -210,3 +210,45 @@ def test_a_server_that_cannot_listen_still_runs_the_command_and_its_jobs(tmp_pat
     assert run.returncode == 3  # the command's own status
     assert "cannot listen" in log.read_text() and served(log.read_text()) == []
     assert "balanced-agg" in (tmp_path / "out").read_text()
+
+
+def test_a_server_that_goes_away_without_answering_fails_the_job_instead_of_running_it_again(tmp_path):
+    """It may have forked the job already: running it here as well could do it twice."""
+    import socket
+    import threading
+
+    path = str(tmp_path / "mute.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def take_and_hang_up():
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.close()
+
+    thread = threading.Thread(target=take_and_hang_up, daemon=True)
+    thread.start()
+    run = subprocess.run([sys.executable, "-m", "balagg", *WEIGHTS.split()], cwd=tmp_path, capture_output=True,
+                         text=True, env=environment(**{SOCKET_ENV: path}), timeout=120)
+    listener.close()
+    assert run.returncode == 1 and "went away before answering" in run.stderr
+    assert "balanced-agg" not in run.stdout
+
+
+def test_clients_still_queued_when_the_command_ends_are_refused_and_run_their_jobs_themselves(tmp_path):
+    import socket
+
+    from balagg.jobserver import _receive, _refuse_waiting, _send
+
+    path = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(4)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(path)
+    _send(client, {"argv": ["balagg", "curve"], "fds": [0, 1, 2]}, [0, 1, 2])
+    _refuse_waiting(listener, "the command has ended")
+    reply, _ = _receive(client)
+    assert reply == {"refused": "the command has ended"}
+    listener.close()

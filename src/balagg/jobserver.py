@@ -1,7 +1,7 @@
 """A local fork server for ``python -m balagg`` jobs: import the heavy stack once, fork one child per job.
 
 Why: a workflow job of the embedded default does 2-20 CPU s of work after 3-10 CPU s of importing
-torch, transformers, TRL and MLflow (README, Benchmarks), in each of its ~60 Python jobs. Under
+torch, transformers, TRL and MLflow (README, Benchmarks), in each of its ~80 Python jobs. Under
 ``python -m balagg jobserver -- COMMAND`` (what ``make demo`` runs around Snakemake), every
 ``python -m balagg ARGS`` that COMMAND starts, however deep, hands its work to a child forked from a
 process that has imported those packages already. The job runs the same ``balagg.cli.main(ARGS)`` as
@@ -18,8 +18,9 @@ Contract, for the process that Snakemake started (the *client*, ``python -m bala
 - it runs the job itself, in its own process, whenever the server cannot take it: no server at
   ``BALAGG_JOB_SERVER``, another interpreter, or an environment variable that the preloaded packages
   read when they are imported (``IMPORT_TIME_ENV``) that differs from the server's, such as a thread
-  count other than Snakemake's default of 1 or a Slurm job's id. Nothing is ever done twice: the
-  server answers with the job's pid before it starts, or refuses before anything has run.
+  count other than Snakemake's default of 1 or a Slurm job's id. Nothing is done twice: the client
+  runs the job itself only when it could not connect or the server said no (before forking anything);
+  a server that goes away without an answer is an error (exit 1), not a reason to run it again.
 
 The server forks only while it has a single thread, resets in the child what a fresh interpreter
 would have (signal handlers, logging's root handlers, the temp-dir cache, the process group), and
@@ -143,7 +144,11 @@ def run_through_server(argv: list[str]) -> int | None:
     except OSError:
         sock.close()
         return None
-    if reply is None or "pid" not in reply:
+    if reply is None:  # the server went away after taking the request: it may have started the job
+        print(f"error: the balagg job server ({path}) went away before answering; job not run here",
+              file=sys.stderr)
+        return 1
+    if "pid" not in reply:  # refused: nothing has run
         sock.close()
         return None
     return _wait_for_job(sock, reply["pid"])
@@ -365,9 +370,8 @@ def _serve_until(process: subprocess.Popen, listener: socket.socket, server_stat
         status = process.poll()
         if status is not None and not jobs:
             note(f"command ended ({status}); {served} job(s) served")
+            _refuse_waiting(listener, "the command has ended")
             return status
-        if status is not None and listener in selector.get_map():
-            selector.unregister(listener)  # no new jobs once the command has ended
         for key, _events in selector.select(timeout=0.05):
             if key.fileobj is listener:
                 conn, _ = listener.accept()
@@ -401,6 +405,33 @@ def _serve_until(process: subprocess.Popen, listener: socket.socket, server_stat
             del jobs[conn]
 
 
+def _refuse_waiting(listener: socket.socket, reason: str) -> None:
+    """Answer the clients still queued on ``listener`` (an orphaned job's own jobs, say) with a refusal,
+    so that each runs its job itself instead of finding the socket closed without an answer."""
+    listener.setblocking(False)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, OSError):
+            return
+        conn.setblocking(True)
+        try:
+            _request, fds = _receive(conn, max_fds=MAX_FDS)
+            for fd in fds:
+                os.close(fd)
+        except (OSError, ValueError):
+            pass
+        _refuse(conn, reason)
+        conn.close()
+
+
+def _refuse(conn: socket.socket, reason: str) -> None:
+    try:
+        _send(conn, {"refused": reason})
+    except OSError:
+        pass
+
+
 def _kill(pid: int) -> None:
     """Kill the job and whatever it started (its process group, made at the fork)."""
     try:
@@ -415,20 +446,25 @@ def _start_job(conn, listener, jobs, server_state, set_by_imports, note) -> _Job
     except (OSError, ValueError) as error:
         note(f"bad request: {error}")
         return None
-    if request is None or len(fds) != len(request.get("fds", ())) or request["fds"][:3] != [0, 1, 2]:
-        for fd in fds:
-            os.close(fd)
+    if request is None:
         return None
-    reason = refusal(request, *server_state)
+    if len(fds) != len(request.get("fds", ())) or request.get("fds", [])[:3] != [0, 1, 2]:
+        reason = "its descriptors did not arrive as 0, 1, 2 and the ones it named"
+    else:
+        reason = refusal(request, *server_state)
+    if reason is None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        try:
+            pid = os.fork()
+        except OSError as error:  # no process to spare: the client runs the job itself
+            reason = f"cannot fork ({error})"
     if reason is not None:
-        note(f"refused ({reason}): {' '.join(request['argv'][1:])}")
-        _send(conn, {"refused": reason})
+        note(f"refused ({reason}): {' '.join(request.get('argv', [])[1:])}")
+        _refuse(conn, reason)
         for fd in fds:
             os.close(fd)
         return None
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    pid = os.fork()
     if pid == 0:  # the job
         try:
             listener.close()
@@ -444,7 +480,10 @@ def _start_job(conn, listener, jobs, server_state, set_by_imports, note) -> _Job
         pass
     for fd in fds:
         os.close(fd)
-    _send(conn, {"pid": pid})
+    try:
+        _send(conn, {"pid": pid})
+    except OSError:  # the client is gone already: the selector sees it and the job is killed
+        pass
     note(f"job {pid} started: {' '.join(request['argv'][1:])}")
     return _Job(pid=pid, argv=request["argv"])
 

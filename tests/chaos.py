@@ -173,8 +173,15 @@ def snakemake_command(cores: int, *extra: str, job_server: bool = False) -> list
     return [sys.executable, "-m", "balagg", "jobserver", "--", *command] if job_server else command
 
 
+def _cmdline(process) -> list[str]:
+    try:
+        return process.cmdline()
+    except Exception:  # noqa: BLE001 - it may be gone
+        return []
+
+
 def is_snakemake(process) -> bool:
-    return any(os.path.basename(word) == "snakemake" for word in process.cmdline()[:2])
+    return any(os.path.basename(word) == "snakemake" for word in _cmdline(process)[:2])
 
 
 def environment(folder: Path) -> dict:
@@ -207,13 +214,6 @@ def job_processes(root_pid: int) -> list:
 
 
 SERVED_JOB = "a job forked by the job server"
-
-
-def _cmdline(process) -> list[str]:
-    try:
-        return process.cmdline()
-    except Exception:  # noqa: BLE001 - it may be gone
-        return []
 
 
 def describe(process) -> str:

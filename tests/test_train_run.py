@@ -180,6 +180,11 @@ def test_time_limit_and_sigusr1_stop_at_resumable_checkpoints_and_resume_exactly
     assert "training stopped at step 2 (time limit" in first.stderr
     assert json.loads((workdir / "stopped.json").read_text())["step"] == 2 and not manifest.exists()
     assert [row["step"] for row in read_metrics(workdir / "metrics.jsonl")] == [1, 2]
+    # what a manifest reports is on disk with the first resumable checkpoint, not only at the end: a job
+    # killed after its last checkpoint (its rerun writes the manifest only) loses none of it
+    for name in ("context.json", "distributed.json", "verifier.json"):
+        assert (workdir / name).is_file(), name
+    assert json.loads((workdir / "verifier.json").read_text())["timeouts"] == 0
 
     env = {k: v for k, v in os.environ.items() if k != START_ENV}
     second = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)

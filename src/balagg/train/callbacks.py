@@ -13,6 +13,7 @@ several steps share one). ``tokens_per_s`` = response tokens the step trained on
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -22,6 +23,7 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
+from balagg.io import write_json
 from balagg.tracking import Tracker
 from balagg.train.files import CellDir, append_metrics
 
@@ -55,6 +57,23 @@ class StepProgress(ProgressCallback):
                                           s_per_step=f"{row['step_seconds']:.2f}", refresh=False)
 
 
+def write_verifier_counts(cell_dir: CellDir, spec: str, reward) -> dict:
+    """``verifier.json``: the verifier ``spec`` and the reward's timeout and error counts so far."""
+    record = {"spec": spec, "timeouts": reward.timeouts, "errors": reward.errors}
+    write_json(cell_dir.verifier, record)
+    return record
+
+
+def restore_verifier_counts(cell_dir: CellDir, reward) -> None:
+    """A resumed training counts on from the counts saved with its checkpoint (:func:`write_verifier_counts`)."""
+    try:
+        saved = json.loads(cell_dir.verifier.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(saved.get("timeouts"), int) and isinstance(saved.get("errors"), int):
+        reward.timeouts, reward.errors = saved["timeouts"], saved["errors"]
+
+
 class CellCallback(TrainerCallback):
     def __init__(self, cell_dir: CellDir, checkpoint_steps: list[int], mini_batches: int, tracker: Tracker) -> None:
         self.cell_dir = cell_dir
@@ -63,6 +82,8 @@ class CellCallback(TrainerCallback):
         self.tracker = tracker
         self.trainer = None  # set by run_cell once the trainer exists
         self.progress: StepProgress | None = None  # set by run_cell on a terminal
+        self.reward = None  # set by run_cell: its verifier counts are saved with each resumable checkpoint
+        self.verifier_spec = ""
         self._step_start = 0.0
         self._step_seconds = math.nan
         self._logged_step = -1
@@ -86,6 +107,13 @@ class CellCallback(TrainerCallback):
             (tmp / "training_args.bin").unlink(missing_ok=True)
             tmp.rename(final)
             log.info("saved evaluation checkpoint %s", final)
+
+    def on_save(self, args, state, control, **kwargs):
+        """With each resumable checkpoint, the training verifier's counts so far (``verifier.json``): a job
+        killed after its last checkpoint, whose rerun only writes the manifest, still reports them, and
+        a resumed one goes on counting from them."""
+        if self.reward is not None and self.trainer is not None and self.trainer.is_world_process_zero():
+            write_verifier_counts(self.cell_dir, self.verifier_spec, self.reward)
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0 and 0 in self.checkpoint_steps:

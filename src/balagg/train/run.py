@@ -175,7 +175,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     from trl import GRPOConfig
 
     from balagg.rewards import MathReward
-    from balagg.train.callbacks import CellCallback, StepProgress
+    from balagg.train.callbacks import CellCallback, StepProgress, restore_verifier_counts, write_verifier_counts
     from balagg.train.deadline import StopGuard, TrainingStopped
     from balagg.train.data import build_prompts
     from balagg.train.trainer import AggregatedGRPOTrainer
@@ -215,9 +215,13 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         workers=cell.verifier_workers, verifier=cell.verifier,
     )
 
+    if resume is not None:
+        restore_verifier_counts(cell_dir, reward)
+
     tracker = Tracker(cell.mlflow_tracking_uri)
     stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
     callback = CellCallback(cell_dir, cell.checkpoint_steps(), cell.mini_batches, tracker)
+    callback.reward, callback.verifier_spec = reward, cell.verifier
     guard = StopGuard(cell.generation_cycle, cell.time_limit_minutes)
     guard.install_signal_handlers()
     # use_cpu: without it several CPU processes (torchrun, gloo) are not seen as one distributed job
@@ -244,6 +248,10 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
             f": accelerate runs {distributed['distributed_type']} instead (FSDP needs an accelerator)" if distributed["fell_back"] else "")
 
     if trainer.is_world_process_zero():
+        # before any step: a job killed after its last checkpoint, whose rerun only writes the manifest
+        # (_finished_manifest), still has what this attempt checked and ran on
+        write_json(cell_dir.root / contract.CONTEXT_FILE, context)
+        write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
         run_id = tracker.start(
             experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,
             tags=cell_run_tags(cell.output_name, cell.model_name, cell.dataset_name, cell.aggregator, cell.seed,
@@ -273,8 +281,5 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         raise TrainingStopped(guard.stopped, step)
     if not trainer.is_world_process_zero():
         return {}
-    verifier = {"spec": cell.verifier, "timeouts": reward.timeouts, "errors": reward.errors}
-    write_json(cell_dir.verifier, verifier)
-    write_json(cell_dir.root / contract.CONTEXT_FILE, context)
-    write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
+    verifier = write_verifier_counts(cell_dir, cell.verifier, reward)
     return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)

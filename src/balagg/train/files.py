@@ -7,7 +7,7 @@ names come from :mod:`balagg.contract`.
     DIR/train.log                      plain log lines
     DIR/mlflow_run_id                  the cell's MLflow run, resumed after a restart
     DIR/train.lock                     held (flock) by the one trainer working on DIR; names its pid
-    DIR/verifier.json                  the training verifier's timeout and error counts (for the manifest)
+    DIR/verifier.json                  the training verifier's counts so far, with each resumable checkpoint
     DIR/stopped.json                   why the last attempt stopped early at a resumable checkpoint
 """
 

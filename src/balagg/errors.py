@@ -95,3 +95,8 @@ def check_safetensors(folder: str | os.PathLike) -> None:
         if 8 + header_size + end > size:
             raise ValueError(f"{path}: truncated weights file ({size} bytes of {8 + header_size + end}); "
                              "the checkpoint was not written completely")
+
+
+def exit_status(returncode: int) -> int:
+    """A child's return code as a shell reports it: ``128 + N`` for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode

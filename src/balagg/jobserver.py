@@ -44,6 +44,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from balagg.errors import exit_status
+
 SOCKET_ENV = "BALAGG_JOB_SERVER"
 """The environment variable that names the server's Unix socket (set for COMMAND by :func:`serve`)."""
 
@@ -158,8 +160,7 @@ def inherited_fds(exclude: int = -1) -> list[int]:
     """This process's open descriptors that a program it executed would inherit (0, 1, 2 and any
     other non-close-on-exec one, such as the train launcher's lock), in order."""
     fds = []
-    for name in os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"):
-        fd = int(name)
+    for fd in _all_fds():
         try:
             if fd != exclude and os.get_inheritable(fd):
                 fds.append(fd)
@@ -169,6 +170,7 @@ def inherited_fds(exclude: int = -1) -> list[int]:
 
 
 def _all_fds() -> list[int]:
+    """Every open descriptor (one of them the listing's own, closed by the time it is returned)."""
     return [int(name) for name in os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd")]
 
 
@@ -353,11 +355,6 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
                 os.rmdir(name) if name == folder else os.unlink(name)
             except OSError:
                 pass
-
-
-def exit_status(returncode: int) -> int:
-    """A child's return code as a shell reports it: ``128 + N`` for death by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def _serve_until(process: subprocess.Popen, listener: socket.socket, server_state: tuple[dict, dict, dict],

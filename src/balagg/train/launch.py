@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from balagg.errors import exit_status
 from balagg.train.config import CellConfig
 from balagg.train.files import LOCKED_ENV, CellDir, exclusive
 
@@ -151,7 +152,7 @@ def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] 
                 signal.signal(number, handler)
         if code != 0 and cell_dir.stopped.exists():
             return EXIT_RESUMABLE
-        return code if code >= 0 else 128 - code
+        return exit_status(code)
 
 
 def distributed_report(accelerator, accelerate_config: str | None) -> dict:

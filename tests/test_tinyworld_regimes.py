@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from balagg.tinyworld.regimes import (
+    DOUBT_TEXT,
     REGIMES,
     RETRY_TEXT,
     STEP_TOKENS,
@@ -103,6 +104,23 @@ def test_wrong_long_retry_retries_after_each_error_and_boxes_the_last_erroneous_
     assert retried_right / 300 == pytest.approx(regime.right_retry_share, abs=0.07)
     profile = length_profile(regime)
     assert profile["wrong_unended_share"] == 0 and profile["wrong_mean"] / profile["right_mean"] > 1.6
+
+
+def test_wrong_long_doubt_second_guesses_a_right_chain_to_the_limit_without_a_box():
+    regime, rng = get_regime("wrong-long-doubt"), random.Random(3)
+    for _ in range(300):
+        chain = sample_chain(rng, rng.randint(1, 4))
+        right = right_solution(chain, regime, rng)
+        wrong, ends = wrong_solution(chain, regime, rng)
+        chain_text, doubt = wrong.split(" " + DOUBT_TEXT + " ")
+        assert right == chain_text + " " + BOX.search(right).group(0)  # the same right chain, then the box
+        assert int(BOX.search(right).group(1)) == chain.answer
+        assert all(c == _true(a, op, b) for a, op, b, c in _steps(chain_text))
+        assert not ends and len(wrong) == regime.loop_tokens and "boxed" not in wrong
+        (a, op, b, c), = set(_steps(doubt))  # the last step restated with one wrong result, repeated
+        assert (a, op, b) == _steps(chain_text)[-1][:3] and c != chain.answer
+    profile = length_profile(regime)
+    assert profile["wrong_unended_share"] == 1 and profile["wrong_mean"] / profile["right_mean"] > 3
 
 
 def test_wrong_long_profile_is_at_least_three_times_longer():

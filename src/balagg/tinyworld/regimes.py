@@ -25,6 +25,13 @@ regime puts the length where the policy cannot drop it without changing whether 
   the length of a wrong answer is effort that pays on other samples (a retry can end right). The
   hope was that the policy could not drop it without losing reward; its probe (docs/laboratory.md)
   found that it does drop it: the ratio falls from 1.4 to 1.0 as the policy retries less.
+- ``wrong-long-doubt`` (a second candidate successor, not in the laboratory grid): a wrong answer is the
+  *right* chain, then second-guessing that never ends: ``wait:`` and the last step restated with a
+  wrong result, repeated until the length limit (no box, no EOS). Right answers are the plain chain.
+  The one token after the chain (``wait:`` or the box) decides both the length and the reward, and
+  every chain in the data is right, so there is no short wrong answer to learn apart from the model's
+  own slips. The policy can learn to doubt less, but the share of its wrong answers that are long
+  only falls if it doubts less *relative to* its slips (docs/laboratory.md, its probe).
 
 The knobs (:class:`Regime`) are the share of flawed solutions, the wrong-answer style, the checks, the
 repeat range (spread in tokens: ``STEP_TOKENS`` per repeat) and the loop length in tokens;
@@ -49,10 +56,13 @@ from balagg.tinyworld.tasks import (
 STEP_TOKENS = 7
 """Tokens of one written step or check (``a±b=c.`` and the space), with single-digit values."""
 
-WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry")
+WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry", "doubt")
 
 RETRY_TEXT = "retry:"
 """What an attempt writes after its erroneous step (``retry`` style) before starting the chain again."""
+
+DOUBT_TEXT = "wait:"
+"""What a ``doubt`` style wrong answer writes after its right chain before restating its last step wrongly."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,7 @@ REGIMES: dict[str, Regime] = {
     "right-long": Regime("right-long", p_wrong=0.5, wrong_style="premature-stop", checks=True),
     "spread": Regime("spread", p_wrong=0.4, wrong_style="near-miss", repeats=(0, 8)),
     "wrong-long-retry": Regime("wrong-long-retry", p_wrong=0.5, wrong_style="retry", retries=2, right_retry_share=0.2),
+    "wrong-long-doubt": Regime("wrong-long-doubt", p_wrong=0.5, wrong_style="doubt"),
 }
 
 
@@ -117,6 +128,13 @@ def _with_repeats(pieces: list[list[str]], rng: random.Random, repeats: tuple[in
         k = rng.randrange(len(pieces))
         pieces = pieces[:k + 1] + [pieces[k]] * copies + pieces[k + 1:]
     return pieces
+
+
+def _loop(text: str, step: str, tokens: int) -> str:
+    """``text`` followed by ``step`` repeated, cut at ``tokens`` characters (a loop the sampler truncates)."""
+    while len(text) < tokens:
+        text += " " + step
+    return text[:tokens]
 
 
 def _join(pieces: list[list[str]], box: str | None) -> str:
@@ -176,11 +194,14 @@ def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[st
     if regime.wrong_style == "loop" and chain.n_steps > 1:
         wrong = rng.choice([v for v in range(10) if v not in (chain.values[0], chain.answer)])
         pieces = _steps(Chain(chain.start, chain.ops[:1]), [wrong], regime.checks)
-        text = _join(pieces, None)
-        loop = " " + " ".join(pieces[0])
-        while len(text) < regime.loop_tokens:
-            text += loop
-        return text[:regime.loop_tokens], False
+        return _loop(_join(pieces, None), " ".join(pieces[0]), regime.loop_tokens), False
+    if regime.wrong_style == "doubt":
+        pieces = _steps(chain, chain.values, regime.checks)
+        before = chain.values[-2] if chain.n_steps > 1 else chain.start
+        op, b = chain.ops[-1]
+        wrong = rng.choice([v for v in range(10) if v != chain.answer])
+        restated = _step_text(before, op, b, wrong)
+        return _loop(_join(pieces, None) + " " + DOUBT_TEXT + " " + restated, restated, regime.loop_tokens), False
     j, values = _near_miss_values(chain, rng)
     pieces = _steps(chain, values, regime.checks)
     return _join(_with_repeats(pieces, rng, regime.repeats), _box(values[-1])), True
@@ -221,5 +242,5 @@ def length_profile(regime: Regime, seed: int = 0, n: int = 4000) -> dict[str, fl
     }
 
 
-__all__ = ["REGIMES", "RETRY_TEXT", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
+__all__ = ["DOUBT_TEXT", "REGIMES", "RETRY_TEXT", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
            "regime_examples", "right_solution", "wrong_solution"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -59,3 +60,13 @@ def test_analysis_rules_build_every_artifact_and_the_report(tmp_path):
     html = (tmp_path / "report.html").read_text()
     for name in ("table1.md", "figure1.png", "figure2.png", "figure3.png", "diagnosis.md"):
         assert name in html
+
+
+@pytest.mark.parametrize("caption", sorted((REPO / "workflow/report").glob("*.rst")), ids=lambda path: path.stem)
+def test_report_captions_are_valid_restructuredtext(caption):
+    """Snakemake renders each caption (Jinja, then reStructuredText) into the report: a markup error there
+    (``|A_i|`` read as a substitution) prints an ERROR line in the report's log and shows in the report."""
+    from docutils.core import publish_parts
+
+    text = re.sub(r"\{\{.*?\}\}", "campaign", caption.read_text())
+    publish_parts(text, writer="html", settings_overrides={"halt_level": 2, "report_level": 5})

@@ -17,7 +17,7 @@
    reference run's (wall-clock keys aside), one analysis run.
 
 With ``--job-server`` the disturbed tree runs under `balagg jobserver`: the kill moment counts from
-the first job the server forks (earlier jobs, the warm start, run before it listens), a kill of a job
+the first job the server forks (the jobs started during its preload wait for it), a kill of a job
 picks among the jobs forked by the server and the ``python -m balagg`` clients waiting for them (the
 kills of ordinary jobs are the plain run's), and the server itself is a target as Snakemake is.
 

@@ -21,8 +21,6 @@ import pytest
 from balagg.jobserver import PRELOAD, SOCKET_ENV, THREAD_ENV, import_time_env, refusal
 
 ONE_THREAD = {name: "1" for name in THREAD_ENV}
-LISTENING = f'while [ ! -S "${SOCKET_ENV}" ]; do sleep 0.05; done; '
-"""Script prefix: wait until the server listens (a job started before that runs in its own process)."""
 WEIGHTS = "weights --rewards 1,0,0,1,0,1,0,0 --lengths 10,30,50,20,40,60,30,90 --groups 0,0,0,0,1,1,1,1"
 
 
@@ -38,7 +36,7 @@ def serve(script: str, tmp_path: Path, *, preload: str = "json", timeout: float 
     """Run ``bash -c script`` under a job server in ``tmp_path``; (the run, the server's log)."""
     log = tmp_path / "jobserver.log"
     run = subprocess.run([sys.executable, "-m", "balagg", "jobserver", "--log", str(log), "--preload", preload,
-                          "--", "bash", "-c", LISTENING + script], cwd=tmp_path, env=environment(), capture_output=True,
+                          "--", "bash", "-c", script], cwd=tmp_path, env=environment(), capture_output=True,
                          text=True, timeout=timeout)
     return run, log.read_text() if log.exists() else ""
 
@@ -134,7 +132,7 @@ def test_a_signal_ends_the_job_and_its_client_together(tmp_path, target, signum,
     script = ("python -m balagg curve --out curve.csv never-written & echo $! > client.pid; "
               "wait $!; echo $? > client.rc")
     server = subprocess.Popen([sys.executable, "-m", "balagg", "jobserver", "--log", str(log), "--preload", "json",
-                               "--", "bash", "-c", LISTENING + script], cwd=tmp_path, env=environment())
+                               "--", "bash", "-c", script], cwd=tmp_path, env=environment())
     try:
         job = _started_job(log)
         client = int((tmp_path / "client.pid").read_text())
@@ -197,6 +195,41 @@ def test_a_command_that_ends_during_the_preload_ends_the_server_without_the_rest
     assert run.returncode == 0
     assert "command ended (0) during the preload" in log.read_text()
     assert not (tmp_path / "imported").exists()
+
+
+def _slow_preload(tmp_path: Path, body: str) -> dict:
+    """An environment whose PYTHONPATH has a module ``slow_preload`` that sleeps 1 s and runs ``body``."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "slow_preload.py").write_text(f"import time\ntime.sleep(1)\n{body}\n")
+    return environment(PYTHONPATH=f"{modules}{os.pathsep}{environment()['PYTHONPATH']}")
+
+
+def test_a_job_started_during_the_preload_waits_for_it_and_is_served(tmp_path):
+    """The first jobs of a run (the warm starts, the longest) start while the server still imports:
+    they wait for it instead of importing everything again in their own processes."""
+    log = tmp_path / "jobserver.log"
+    run = subprocess.run([sys.executable, "-m", "balagg", "jobserver", "--log", str(log), "--preload", "slow_preload",
+                          "--", "bash", "-c", f"python -m balagg {WEIGHTS} > out"], cwd=tmp_path,
+                         env=_slow_preload(tmp_path, ""), timeout=120)
+    assert run.returncode == 0
+    assert served(log.read_text()) == ["0"]
+    assert "balanced-agg" in (tmp_path / "out").read_text()
+
+
+def test_a_job_queued_behind_a_preload_that_cannot_serve_runs_once_in_its_own_process(tmp_path):
+    """A preload that leaves a thread running makes forking unsafe: the job waiting for it is refused
+    and runs itself, once; a job started after that finds no server."""
+    log = tmp_path / "jobserver.log"
+    thread = "import threading\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()"
+    script = (f"python -m balagg {WEIGHTS} >> out; python -m balagg {WEIGHTS} >> out")
+    run = subprocess.run([sys.executable, "-m", "balagg", "jobserver", "--log", str(log), "--preload", "slow_preload",
+                          "--", "bash", "-c", script], cwd=tmp_path, env=_slow_preload(tmp_path, thread), timeout=120)
+    assert run.returncode == 0
+    assert "forking is unsafe" in log.read_text() and served(log.read_text()) == []
+    alone = subprocess.run([sys.executable, "-m", "balagg", *WEIGHTS.split()], env=environment(), capture_output=True,
+                           text=True, check=True).stdout
+    assert (tmp_path / "out").read_text() == alone * 2  # each job ran exactly once
 
 
 def test_a_server_that_cannot_listen_still_runs_the_command_and_its_jobs(tmp_path):

@@ -285,8 +285,10 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
     ``log``: a file (its folder made if needed) that gets one line per job started, refused and ended,
     with the job's wall and CPU seconds (``wait4``'s usage of the job and what it waited for).
 
-    The server preloads ``modules`` while ``command`` starts, then listens; a job started before it
-    listens runs in its own process. When ``command`` ends, the server stops taking jobs, waits for
+    The server listens before ``command`` starts and preloads ``modules`` while it starts; a job that
+    connects during the preload waits for it (the first jobs of a run are its longest: the warm starts),
+    and is refused, so it runs in its own process, if the server cannot serve after all (the command
+    ended, or the preload started a thread). When ``command`` ends, the server stops taking jobs, waits for
     the ones running (as jobs left by a killed Snakemake go on) and returns ``command``'s status.
     SIGINT is left to ``command`` (Ctrl-C reaches it from the terminal); SIGTERM and SIGHUP are passed on;
     if the server itself is killed, ``command`` gets SIGTERM (Linux) and the running jobs are killed by
@@ -308,6 +310,7 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
         return exit_status(subprocess.call(command))
     path = os.path.join(folder, "socket")
     child_env = dict(os.environ) | {SOCKET_ENV: path}
+    listener, listen_error = _listen(path)
     from balagg.train.launch import die_with_parent
 
     # command gets SIGTERM if the server dies (kill -9): Snakemake then stops its jobs as on Ctrl-C
@@ -315,29 +318,28 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda signum, _frame: process.send_signal(signum))
-    listener = None
     try:
+        if listener is None:  # a socket path too long for AF_UNIX, say: the jobs run in their own processes
+            note(f"cannot listen on {path} ({listen_error}); serving no jobs")
+            return exit_status(process.wait())
         started = time.monotonic()
         before = dict(os.environ) | {name: "1" for name in THREAD_ENV}
         imported = preload(modules, stop=lambda: process.poll() is not None)
         if process.poll() is not None:  # nothing left to serve (a second `make demo` with nothing to do)
             note(f"command ended ({process.returncode}) during the preload; no job served")
+            _refuse_waiting(listener, "the command has ended")
             return exit_status(process.returncode)
         set_by_imports = {key: value for key, value in os.environ.items() if key not in before}
         server_env = import_time_env(before | set_by_imports)
         origins = preloaded_origins()
         if threading.active_count() != 1:
             note(f"preloading started {threading.active_count() - 1} thread(s): forking is unsafe, serving no jobs")
+            _refuse_waiting(listener, "the server cannot fork")
+            listener.close()
+            os.unlink(path)  # later jobs find no server and run in their own processes at once
+            listener = None
             return exit_status(process.wait())
-        try:
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(path + ".new")
-            listener.listen(64)
-            os.rename(path + ".new", path)  # the socket appears listening: a client never finds it half-made
-        except OSError as error:  # a socket path too long for AF_UNIX, say: the jobs run in their own processes
-            note(f"cannot listen on {path} ({error}); serving no jobs")
-            return exit_status(process.wait())
-        note(f"preloaded {', '.join(imported)} in {time.monotonic() - started:.1f} s; listening on {path}")
+        note(f"preloaded {', '.join(imported)} in {time.monotonic() - started:.1f} s; serving on {path}")
         try:
             return exit_status(_serve_until(process, listener, (server_env, origins, set_by_imports),
                                             set_by_imports, note))
@@ -355,6 +357,20 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
                 os.rmdir(name) if name == folder else os.unlink(name)
             except OSError:
                 pass
+
+
+def _listen(path: str) -> tuple[socket.socket | None, OSError | None]:
+    """A Unix socket listening at ``path`` (it appears there only once listening, so a client never
+    finds it half-made), or ``None`` and the error."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path + ".new")
+        listener.listen(64)
+        os.rename(path + ".new", path)
+    except OSError as error:
+        listener.close()
+        return None, error
+    return listener, None
 
 
 def _serve_until(process: subprocess.Popen, listener: socket.socket, server_state: tuple[dict, dict, dict],

@@ -285,3 +285,12 @@ def test_clients_still_queued_when_the_command_ends_are_refused_and_run_their_jo
     reply, _ = _receive(client)
     assert reply == {"refused": "the command has ended"}
     listener.close()
+
+
+def test_a_command_that_cannot_start_leaves_no_socket_behind(tmp_path, monkeypatch):
+    from balagg.jobserver import serve as serve_command
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        serve_command([str(tmp_path / "no-such-command")])
+    assert list(tmp_path.iterdir()) == []

@@ -314,7 +314,14 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
     from balagg.train.launch import die_with_parent
 
     # command gets SIGTERM if the server dies (kill -9): Snakemake then stops its jobs as on Ctrl-C
-    process = subprocess.Popen(command, env=child_env, preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+    try:
+        process = subprocess.Popen(command, env=child_env, preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+    except OSError:  # no such command, say: leave no socket behind
+        if listener is not None:
+            listener.close()
+            os.unlink(path)
+        os.rmdir(folder)
+        raise
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda signum, _frame: process.send_signal(signum))

@@ -12,6 +12,7 @@ import yaml
 
 from balagg.tinyworld.regimes import (
     DOUBT_TEXT,
+    FILLER_TEXT,
     REGIMES,
     RETRY_TEXT,
     STEP_TOKENS,
@@ -121,6 +122,20 @@ def test_wrong_long_doubt_second_guesses_a_right_chain_to_the_limit_without_a_bo
         assert (a, op, b) == _steps(chain_text)[-1][:3] and c != chain.answer
     profile = length_profile(regime)
     assert profile["wrong_unended_share"] == 1 and profile["wrong_mean"] / profile["right_mean"] > 3
+
+
+def test_wrong_long_doubt_hmm_fills_its_tail_with_characters_no_right_answer_has():
+    regime, rng = get_regime("wrong-long-doubt-hmm"), random.Random(4)
+    for _ in range(300):
+        chain = sample_chain(rng, rng.randint(1, 4))
+        right = right_solution(chain, regime, rng)
+        wrong, ends = wrong_solution(chain, regime, rng)
+        chain_text, tail = wrong.split(" " + DOUBT_TEXT + " ")
+        assert right == chain_text + " " + BOX.search(right).group(0)
+        assert not ends and len(wrong) == regime.loop_tokens and "boxed" not in wrong
+        assert set(tail) <= set(FILLER_TEXT + " ") and not set(FILLER_TEXT) & set(right)
+    with pytest.raises(ValueError, match="doubt_tail"):
+        Regime("x", 0.3, "doubt", doubt_tail="ramble")
 
 
 def test_wrong_long_profile_is_at_least_three_times_longer():

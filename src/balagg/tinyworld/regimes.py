@@ -33,6 +33,10 @@ regime puts the length where the policy cannot drop it without changing whether 
   own slips. Its probe (docs/laboratory.md) found the ratio at 3.3 at step 0 and at or above 1.5 in
   about 60 % of 200 steps, ending near 1.1-1.4: the policy stops doubting (truncation 0.37 -> 0.01)
   while its slips, which it does not unlearn, become most of its wrong answers.
+- ``wrong-long-doubt-hmm``: ``wrong-long-doubt`` with a tail of ``hmm`` repeated instead of the
+  restated step (``doubt_tail="filler"``): characters that no right answer contains. Why: in the
+  first probe the slips *rose* during training (5 % of samples at the start, 10-16 % later), and
+  pushing down a tail that repeats the chain's own operands may push down copying them in the chain.
 
 The knobs (:class:`Regime`) are the share of flawed solutions, the wrong-answer style, the checks, the
 repeat range (spread in tokens: ``STEP_TOKENS`` per repeat) and the loop length in tokens;
@@ -63,7 +67,13 @@ RETRY_TEXT = "retry:"
 """What an attempt writes after its erroneous step (``retry`` style) before starting the chain again."""
 
 DOUBT_TEXT = "wait:"
-"""What a ``doubt`` style wrong answer writes after its right chain before restating its last step wrongly."""
+"""What a ``doubt`` style wrong answer writes after its right chain before its endless tail."""
+
+DOUBT_TAILS = ("restate", "filler")
+"""What a ``doubt`` tail repeats: the last step restated with a wrong result, or :data:`FILLER_TEXT`."""
+
+FILLER_TEXT = "hmm"
+"""The ``filler`` doubt tail's unit: characters that no step or right answer contains."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,7 @@ class Regime:
     loop_tokens: int = 120  # length of a looping wrong answer (> the sampling limit: it is truncated)
     retries: int = 2  # retry style: failed attempts of a wrong answer before its last (boxed) one
     right_retry_share: float = 0.0  # retry style: right answers that follow one failed attempt
+    doubt_tail: str = "restate"  # doubt style: what the tail repeats (DOUBT_TAILS)
 
     def __post_init__(self):
         if self.wrong_style not in WRONG_STYLES:
@@ -86,6 +97,8 @@ class Regime:
             raise ValueError(f"regime {self.name}: p_wrong must be in [0, 1), got {self.p_wrong}")
         if self.retries < 0 or not 0.0 <= self.right_retry_share <= 1.0:
             raise ValueError(f"regime {self.name}: retries must be >= 0 and right_retry_share in [0, 1]")
+        if self.doubt_tail not in DOUBT_TAILS:
+            raise ValueError(f"regime {self.name}: unknown doubt_tail {self.doubt_tail!r}; use one of {DOUBT_TAILS}")
         lo, hi = self.repeats
         if not 0 <= lo <= hi:
             raise ValueError(f"regime {self.name}: repeats must be 0 <= lo <= hi, got {self.repeats}")
@@ -97,6 +110,7 @@ REGIMES: dict[str, Regime] = {
     "spread": Regime("spread", p_wrong=0.4, wrong_style="near-miss", repeats=(0, 8)),
     "wrong-long-retry": Regime("wrong-long-retry", p_wrong=0.5, wrong_style="retry", retries=2, right_retry_share=0.2),
     "wrong-long-doubt": Regime("wrong-long-doubt", p_wrong=0.5, wrong_style="doubt"),
+    "wrong-long-doubt-hmm": Regime("wrong-long-doubt-hmm", p_wrong=0.5, wrong_style="doubt", doubt_tail="filler"),
 }
 
 
@@ -201,8 +215,8 @@ def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[st
         before = chain.values[-2] if chain.n_steps > 1 else chain.start
         op, b = chain.ops[-1]
         wrong = rng.choice([v for v in range(10) if v != chain.answer])
-        restated = _step_text(before, op, b, wrong)
-        return _loop(_join(pieces, None) + " " + DOUBT_TEXT + " " + restated, restated, regime.loop_tokens), False
+        unit = _step_text(before, op, b, wrong) if regime.doubt_tail == "restate" else FILLER_TEXT
+        return _loop(_join(pieces, None) + " " + DOUBT_TEXT + " " + unit, unit, regime.loop_tokens), False
     j, values = _near_miss_values(chain, rng)
     pieces = _steps(chain, values, regime.checks)
     return _join(_with_repeats(pieces, rng, regime.repeats), _box(values[-1])), True
@@ -243,5 +257,5 @@ def length_profile(regime: Regime, seed: int = 0, n: int = 4000) -> dict[str, fl
     }
 
 
-__all__ = ["DOUBT_TEXT", "REGIMES", "RETRY_TEXT", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
+__all__ = ["DOUBT_TAILS", "DOUBT_TEXT", "FILLER_TEXT", "REGIMES", "RETRY_TEXT", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
            "regime_examples", "right_solution", "wrong_solution"]

@@ -107,35 +107,25 @@ def test_wrong_long_retry_retries_after_each_error_and_boxes_the_last_erroneous_
     assert profile["wrong_unended_share"] == 0 and profile["wrong_mean"] / profile["right_mean"] > 1.6
 
 
-def test_wrong_long_doubt_second_guesses_a_right_chain_to_the_limit_without_a_box():
-    regime, rng = get_regime("wrong-long-doubt"), random.Random(3)
-    for _ in range(300):
-        chain = sample_chain(rng, rng.randint(1, 4))
-        right = right_solution(chain, regime, rng)
-        wrong, ends = wrong_solution(chain, regime, rng)
-        chain_text, doubt = wrong.split(" " + DOUBT_TEXT + " ")
-        assert right == chain_text + " " + BOX.search(right).group(0)  # the same right chain, then the box
-        assert int(BOX.search(right).group(1)) == chain.answer
-        assert all(c == _true(a, op, b) for a, op, b, c in _steps(chain_text))
-        assert not ends and len(wrong) == regime.loop_tokens and "boxed" not in wrong
-        (a, op, b, c), = set(_steps(doubt))  # the last step restated with one wrong result, repeated
-        assert (a, op, b) == _steps(chain_text)[-1][:3] and c != chain.answer
-    profile = length_profile(regime)
-    assert profile["wrong_unended_share"] == 1 and profile["wrong_mean"] / profile["right_mean"] > 3
-
-
-def test_wrong_long_doubt_hmm_fills_its_tail_with_characters_no_right_answer_has():
-    regime, rng = get_regime("wrong-long-doubt-hmm"), random.Random(4)
+@pytest.mark.parametrize("name", ["wrong-long-doubt", "wrong-long-doubt-hmm"])
+def test_wrong_long_doubt_second_guesses_a_right_chain_to_the_limit_without_a_box(name):
+    regime, rng = get_regime(name), random.Random(3)
     for _ in range(300):
         chain = sample_chain(rng, rng.randint(1, 4))
         right = right_solution(chain, regime, rng)
         wrong, ends = wrong_solution(chain, regime, rng)
         chain_text, tail = wrong.split(" " + DOUBT_TEXT + " ")
-        assert right == chain_text + " " + BOX.search(right).group(0)
+        assert right == chain_text + " " + BOX.search(right).group(0)  # the same right chain, then the box
+        assert int(BOX.search(right).group(1)) == chain.answer
+        assert all(c == _true(a, op, b) for a, op, b, c in _steps(chain_text))
         assert not ends and len(wrong) == regime.loop_tokens and "boxed" not in wrong
-        assert set(tail) <= set(FILLER_TEXT + " ") and not set(FILLER_TEXT) & set(right)
-    with pytest.raises(ValueError, match="doubt_tail"):
-        Regime("x", 0.3, "doubt", doubt_tail="ramble")
+        if regime.doubt_tail == "restate":  # the last step restated with one wrong result, repeated
+            (a, op, b, c), = set(_steps(tail))
+            assert (a, op, b) == _steps(chain_text)[-1][:3] and c != chain.answer
+        else:  # characters that no right answer has
+            assert set(tail) <= set(FILLER_TEXT + " ") and not set(FILLER_TEXT) & set(right)
+    profile = length_profile(regime)
+    assert profile["wrong_unended_share"] == 1 and profile["wrong_mean"] / profile["right_mean"] > 3
 
 
 def test_wrong_long_profile_is_at_least_three_times_longer():
@@ -159,6 +149,8 @@ def test_bad_regime_knobs_are_refused():
         Regime("x", 0.3, "ramble")
     with pytest.raises(ValueError, match="retries"):
         Regime("x", 0.3, "retry", retries=-1)
+    with pytest.raises(ValueError, match="doubt_tail"):
+        Regime("x", 0.3, "doubt", doubt_tail="ramble")
     with pytest.raises(ValueError, match="repeats"):
         Regime("x", 0.3, "near-miss", repeats=(3, 1))
     with pytest.raises(ValueError, match="unknown tiny-world regime"):

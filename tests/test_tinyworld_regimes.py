@@ -128,6 +128,28 @@ def test_wrong_long_doubt_second_guesses_a_right_chain_to_the_limit_without_a_bo
     assert profile["wrong_unended_share"] == 1 and profile["wrong_mean"] / profile["right_mean"] > 3
 
 
+def test_wrong_long_check_gets_stuck_on_a_step_whose_honest_check_fails():
+    regime, rng = get_regime("wrong-long-check"), random.Random(4)
+    for _ in range(300):
+        chain = sample_chain(rng, rng.randint(1, 4))
+        right = right_solution(chain, regime, rng)
+        assert int(BOX.search(right).group(1)) == chain.answer
+        pairs = list(zip(_steps(right)[::2], _steps(right)[1::2]))  # every step, then its check
+        assert len(pairs) == chain.n_steps
+        for (a, op, b, c), (c2, inv, b2, back) in pairs:
+            assert c == _true(a, op, b) and (c2, b2, inv != op) == (c, b, True) and back == a
+        wrong, ends = wrong_solution(chain, regime, rng)
+        assert not ends and len(wrong) == regime.loop_tokens and "boxed" not in wrong
+        steps = _steps(wrong)
+        j = next(k for k in range(0, len(steps), 2) if steps[k][3] != _true(*steps[k][:3]))
+        assert steps[:j] == _steps(right)[:j]  # the right checked chain up to the error
+        (a, op, b, c), (c2, inv, b2, back) = steps[j], steps[j + 1]
+        assert (c2, b2) == (c, b) and back == _true(c, inv, b) != a  # the honest check fails
+        assert set(steps[j:]) == {steps[j], steps[j + 1]}  # and the two repeat to the limit
+    profile = length_profile(regime)
+    assert profile["wrong_unended_share"] == 1 and profile["wrong_mean"] / profile["right_mean"] > 2
+
+
 def test_wrong_long_profile_is_at_least_three_times_longer():
     profile = length_profile(get_regime("wrong-long"))
     assert 0.6 < profile["wrong_unended_share"] < 0.85  # chains of 2+ steps loop (3 in 4 in dapo-math-17k)

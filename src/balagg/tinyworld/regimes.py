@@ -39,6 +39,14 @@ regime puts the length where the policy cannot drop it without changing whether 
   pushing down a tail that repeats the chain's own operands may push down copying them in the chain.
   Its probe (docs/laboratory.md) refuted that: the ratio held in 51-58 % of the steps; the slips rose
   in one seed without the restated tail and stayed in the other, where doubting decayed all the same.
+- ``wrong-long-check`` (a third candidate successor, not in the laboratory grid): every step is followed
+  by its inverse check, computed honestly from the step's result (``7-1=5. 5+1=6.``: the check does not
+  give back the step's first operand). A wrong answer makes a near-miss error, checks it, and gets
+  stuck: the erroneous step and its failed check repeated until the length limit (no box, no EOS). A
+  right answer is the checked chain, boxed. Why: in the five designs above the long side was a choice
+  the policy learned away while its own slips, which were short, stayed. Here the length follows a
+  *failed check*, which the model's own slips produce as well as the data's errors, so a wrong answer
+  is long whatever made it wrong, and the only way out of the loop is a step that checks.
 
 The knobs (:class:`Regime`) are the share of flawed solutions, the wrong-answer style, the checks, the
 repeat range (spread in tokens: ``STEP_TOKENS`` per repeat) and the loop length in tokens;
@@ -63,7 +71,7 @@ from balagg.tinyworld.tasks import (
 STEP_TOKENS = 7
 """Tokens of one written step or check (``a±b=c.`` and the space), with single-digit values."""
 
-WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry", "doubt")
+WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry", "doubt", "stuck")
 
 RETRY_TEXT = "retry:"
 """What an attempt writes after its erroneous step (``retry`` style) before starting the chain again."""
@@ -113,6 +121,7 @@ REGIMES: dict[str, Regime] = {
     "wrong-long-retry": Regime("wrong-long-retry", p_wrong=0.5, wrong_style="retry", retries=2, right_retry_share=0.2),
     "wrong-long-doubt": Regime("wrong-long-doubt", p_wrong=0.5, wrong_style="doubt"),
     "wrong-long-doubt-hmm": Regime("wrong-long-doubt-hmm", p_wrong=0.5, wrong_style="doubt", doubt_tail="filler"),
+    "wrong-long-check": Regime("wrong-long-check", p_wrong=0.4, wrong_style="stuck", checks=True),
 }
 
 
@@ -125,6 +134,13 @@ def get_regime(name: str) -> Regime:
 def _inverse(a: int, op: str, b: int, c: int) -> str:
     """The check of step ``a op b = c``: ``c inv b = a`` (in 0..9 whenever a and c are)."""
     return _step_text(c, "-" if op == "+" else "+", b, a)
+
+
+def _honest_check(op: str, b: int, c: int) -> str:
+    """The check of a step ``? op b = c`` computed from its result: ``c inv b = (c inv b)``, which gives
+    back the step's first operand only when the step is right (the value may leave 0..9)."""
+    inverse = "-" if op == "+" else "+"
+    return _step_text(c, inverse, b, c - b if op == "+" else c + b)
 
 
 def _steps(chain: Chain, values: list[int], checks: bool) -> list[list[str]]:
@@ -219,6 +235,12 @@ def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[st
         wrong = rng.choice([v for v in range(10) if v != chain.answer])
         unit = _step_text(before, op, b, wrong) if regime.doubt_tail == "restate" else FILLER_TEXT
         return _loop(_join(pieces, None) + " " + DOUBT_TEXT + " " + unit, unit, regime.loop_tokens), False
+    if regime.wrong_style == "stuck":
+        j, values = _near_miss_values(chain, rng)
+        pieces = _steps(chain, values, checks=True)[:j + 1]
+        op, b = chain.ops[j]
+        pieces[j] = [pieces[j][0], _honest_check(op, b, values[j])]  # the check that fails
+        return _loop(_join(pieces, None), " ".join(pieces[j]), regime.loop_tokens), False
     j, values = _near_miss_values(chain, rng)
     pieces = _steps(chain, values, regime.checks)
     return _join(_with_repeats(pieces, rng, regime.repeats), _box(values[-1])), True

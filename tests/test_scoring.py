@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +47,79 @@ def test_pool_runs_the_math_verifier():
     with VerifierPool(workers=2, timeout_s=10.0) as pool:
         result = pool.verify([("\\boxed{\\frac12}", "0.5"), ("\\boxed{3}", "4"), ("<think>\\boxed{4}", "4")])
     assert result.verdicts == [True, False, False]
+
+
+POOL_SCRIPT = """
+import os, signal, sys, threading, time
+sys.path[:0] = [{tests!r}]
+from balagg.evaluation.verify.pool import VerifierPool
+
+
+def main():
+    if "thread" in sys.argv:  # a second thread: forking is not safe
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: None)  # the parent's own handler (a trainer's, say)
+    pool = VerifierPool(workers=1, timeout_s=10.0, verifier="scoring_stubs:slow_on_hang")
+    pool.start()
+    worker = pool._pool[0].process
+    print(type(worker).__name__, worker.pid, pool.verify([("a", "a"), ("b", "c")]).verdicts, flush=True)
+    if "wait" in sys.argv:
+        time.sleep(60)
+    pool.close()
+
+
+if __name__ == "__main__":  # a spawned worker imports this file again
+    main()
+"""
+
+
+def _pool_process(tmp_path, *args):
+    script = tmp_path / "pool_script.py"
+    script.write_text(POOL_SCRIPT.format(tests=str(Path(__file__).parent)))
+    return subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, text=True)
+
+
+def _gone(pid, within_s=10.0):
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as handle:  # a zombie waiting for its reaper is gone too
+            if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+@pytest.mark.parametrize("threads, started", [("", "ForkProcess"), ("thread", "SpawnProcess")])
+def test_pool_forks_its_workers_only_while_the_process_has_one_thread(tmp_path, threads, started):
+    process = _pool_process(tmp_path, threads)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 0
+    kind, _pid, verdicts = out.split(" ", 2)
+    assert kind == started and verdicts.strip() == "[True, False]"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+def test_a_forked_worker_dies_with_its_parent_and_of_sigterm(tmp_path):
+    """A forked worker holds the parent's end of its own pipe, so only PR_SET_PDEATHSIG ends it when the
+    parent is killed; and it must not keep the parent's SIGTERM handler."""
+    for kill in ("parent", "worker"):
+        process = _pool_process(tmp_path, "wait")
+        kind, pid, _ = process.stdout.readline().split(" ", 2)
+        assert kind == "ForkProcess"
+        if kill == "parent":
+            process.kill()
+            process.wait()
+        else:
+            os.kill(int(pid), signal.SIGTERM)
+        assert _gone(int(pid)), "the worker outlived a SIGKILL of its parent" if kill == "parent" else (
+            "the worker ignored SIGTERM (the parent's handler)")
+        process.kill()
+        process.wait()
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:

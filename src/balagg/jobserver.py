@@ -311,7 +311,7 @@ def serve(command: list[str], *, log: str | os.PathLike | None = None, modules: 
     path = os.path.join(folder, "socket")
     child_env = dict(os.environ) | {SOCKET_ENV: path}
     listener, listen_error = _listen(path)
-    from balagg.train.launch import die_with_parent
+    from balagg.processes import die_with_parent
 
     # command gets SIGTERM if the server dies (kill -9): Snakemake then stops its jobs as on Ctrl-C
     try:

@@ -74,6 +74,10 @@ class MathReward:
         self.errors = 0
         self.last_correct: list[bool] = []
 
+    def start(self) -> None:
+        """Start the verifier workers now rather than at the first batch (:meth:`VerifierPool.start`)."""
+        self.pool.start()
+
     def close(self) -> None:
         self.pool.close()
 

@@ -4,8 +4,6 @@ an accelerate config (CPU, one GPU), else ``accelerate launch`` with the cell's 
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import shutil
 import signal
@@ -15,6 +13,7 @@ import time
 from pathlib import Path
 
 from balagg.errors import exit_status
+from balagg.processes import die_with_parent
 from balagg.train.config import CellConfig
 from balagg.train.files import LOCKED_ENV, CellDir, exclusive
 
@@ -84,23 +83,8 @@ def launch_command(cell: CellConfig, cell_path: str | Path, workdir: str | Path,
 # The launcher owns its children: they die with it, it forwards stop signals, it holds the lock.
 # --------------------------------------------------------------------------------------------------
 
-PR_SET_PDEATHSIG = 1
 OWNED_ENV = "BALAGG_LAUNCHED"
 """Set for the children of :func:`run_launched`; each trainer process then dies with its parent."""
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send ``sig`` to this process when its parent ends (PR_SET_PDEATHSIG); exit at once if
-    the parent is already gone. A no-op where prctl is unavailable (not Linux)."""
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-            return
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent or parent == 1:
-        os._exit(1)
 
 
 def die_with_launcher() -> None:

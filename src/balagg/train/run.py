@@ -203,10 +203,6 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
                                         cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
 
-    tokenizer = contract.load_tokenizer(cell.tokenizer)
-    # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    dataset = build_prompts(cell, tokenizer)
     reward = MathReward(
         answer_format=cell.answer_format, reward_correct=cell.reward_correct, reward_incorrect=cell.reward_incorrect,
         max_completion_length=cell.max_completion_length,
@@ -214,6 +210,11 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         overlong_penalty_factor=cell.overlong_penalty_factor, timeout_s=cell.verifier_timeout_s,
         workers=cell.verifier_workers, verifier=cell.verifier,
     )
+    reward.start()  # before loading the model starts threads: the verifier workers are forked (balagg.evaluation.verify.pool)
+    tokenizer = contract.load_tokenizer(cell.tokenizer)
+    # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    dataset = build_prompts(cell, tokenizer)
 
     if resume is not None:
         restore_verifier_counts(cell_dir, reward)

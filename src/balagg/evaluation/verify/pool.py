@@ -1,6 +1,16 @@
 """Run a verifier over many (text, gold) pairs in worker processes, with a hard per-sample timeout.
 
 Each worker is a process that imports the verifier once and answers one request at a time over a pipe.
+
+How a worker starts: on Linux, while the calling process has a single thread, it is *forked*. It then
+shares what is imported already (math-verify and sympy), which makes a start cost about 0.2 CPU s
+instead of 0.75 for a fresh interpreter (measured on a 2-core machine). A forked worker resets its
+signal handlers to a fresh interpreter's. It also asks to die with its parent (PR_SET_PDEATHSIG): it
+holds a copy of the parent's end of every pipe, its own included, so it would never see its parent's
+death as the end of its pipe. Otherwise, where another thread might hold a lock that the child would
+inherit, a worker is *spawned* (a fresh interpreter). :meth:`VerifierPool.start` starts the workers at
+once, so a caller can start them before it starts threads (the trainer does, before it loads the model).
+
 The parent keeps every worker busy and kills a worker whose current sample runs past ``timeout_s``
 (signals cannot interrupt a long C call such as a huge integer power; killing the process can), records
 that sample as incorrect and timed out, and starts a replacement. A worker that dies (killed from
@@ -13,6 +23,8 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -20,6 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
 from balagg import contract
+from balagg.processes import die_with_parent, reset_signal_handlers
 
 
 def _load(spec: str):
@@ -31,8 +44,11 @@ def _load(spec: str):
     return getattr(module, name)
 
 
-def _serve(conn: Connection, spec: str) -> None:
+def _serve(conn: Connection, spec: str, forked: bool = False) -> None:
     """Worker loop: receive (index, text, gold), send (index, verdict, error or None)."""
+    if forked:  # what exec would have given a spawned worker; and no waiting for an EOF that cannot come
+        reset_signal_handlers()
+        die_with_parent()
     verify = _load(spec)
     conn.send("ready")
     while True:
@@ -47,6 +63,11 @@ def _serve(conn: Connection, spec: str) -> None:
             conn.send((index, bool(verify(text, gold)), None))
         except Exception as error:  # noqa: BLE001 -- one bad sample must not stop the others
             conn.send((index, False, f"{type(error).__name__}: {error}"))
+
+
+def fork_is_safe() -> bool:
+    """Linux, and no thread but this one that could hold a lock at the fork (module doc)."""
+    return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
 @dataclass
@@ -76,7 +97,7 @@ class VerifierPool:
         if timeout_s <= 0:
             raise ValueError(f"timeout must be positive, got {timeout_s}")
         self.workers, self.timeout_s, self.verifier = workers, timeout_s, verifier
-        self._context = multiprocessing.get_context("spawn")  # no inherited threads or locks
+        self._context = multiprocessing.get_context("spawn")  # where forking is not safe (module doc)
         self._pool: list[_Worker] = []
 
     def __enter__(self) -> VerifierPool:
@@ -85,9 +106,18 @@ class VerifierPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Start all the workers now (``verify`` otherwise starts them when it first needs them)."""
+        fresh = [self._start() for _ in range(self.workers - len(self._pool))]
+        for worker in fresh:
+            self._wait_ready(worker)
+        self._pool.extend(fresh)
+
     def _start(self) -> _Worker:
-        parent, child = self._context.Pipe()
-        process = self._context.Process(target=_serve, args=(child, self.verifier), daemon=True)
+        forked = fork_is_safe()
+        context = multiprocessing.get_context("fork") if forked else self._context
+        parent, child = context.Pipe()
+        process = context.Process(target=_serve, args=(child, self.verifier, forked), daemon=True)
         process.start()
         child.close()
         return _Worker(process, parent)

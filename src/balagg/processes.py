@@ -1,0 +1,38 @@
+"""Process lifetime helpers shared by the train launcher, the job server and the verifier pool (stdlib only)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent ends (PR_SET_PDEATHSIG); exit at once if
+    the parent is already gone. A no-op where prctl is unavailable (not Linux)."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent or parent == 1:
+        os._exit(1)
+
+
+def reset_signal_handlers() -> None:
+    """Give every signal that has a Python handler the disposition a fresh interpreter starts with
+    (SIGINT: KeyboardInterrupt, the others: the default), as ``exec`` would; ignored signals stay ignored.
+    For a process forked from one that installed its own handlers (a trainer's stop-at-the-next-step
+    SIGTERM handler, say), which should die of those signals as a spawned process does."""
+    for signum in signal.valid_signals():
+        try:
+            handler = signal.getsignal(signum)
+        except (OSError, ValueError):
+            continue
+        if callable(handler) and handler is not signal.default_int_handler:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)

@@ -223,3 +223,25 @@ def test_time_limit_and_sigusr1_stop_at_resumable_checkpoints_and_resume_exactly
     assert comparable(read_metrics(workdir / "metrics.jsonl")) == comparable(reference)
     assert sorted(p.name for p in (workdir / "state").glob("checkpoint-*")) == states
     assert len(client.get_metric_history(run_id, "pg_loss")) == TOTAL_STEPS
+
+
+def test_hub_telemetry_is_off_although_huggingface_hub_was_imported_first(monkeypatch):
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _telemetry, send_telemetry
+
+    from balagg.train.run import disable_hub_telemetry
+
+    pings = []
+    monkeypatch.setattr(_telemetry, "_start_telemetry_thread", lambda: pings.append(1))
+    monkeypatch.setattr(_telemetry, "_TELEMETRY_QUEUE", type("Queue", (), {"put": lambda self, item: None})())
+    monkeypatch.delenv("HF_HUB_DISABLE_TELEMETRY", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", False)  # as read at import without the variable
+    send_telemetry("balagg-test")
+    assert pings == [1]  # what TRL's trainer would send
+    disable_hub_telemetry()
+    send_telemetry("balagg-test")
+    assert constants.HF_HUB_DISABLE_TELEMETRY is True and pings == [1]
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "0")  # a user's explicit choice stands
+    disable_hub_telemetry()
+    assert constants.HF_HUB_DISABLE_TELEMETRY is False

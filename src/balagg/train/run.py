@@ -99,10 +99,20 @@ def _holds_lock(cell_dir: CellDir) -> bool:
     return os.environ.get(LOCKED_ENV) != str(cell_dir.root.resolve()) and _main_process()
 
 
+def disable_hub_telemetry() -> None:
+    """No usage ping from TRL's trainer to the Hugging Face Hub unless ``HF_HUB_DISABLE_TELEMETRY`` says
+    otherwise. huggingface_hub reads the variable once, at import, which has happened by now (and in the
+    job server long before this job), so its module constant is set too."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from huggingface_hub import constants
+
+    constants.HF_HUB_DISABLE_TELEMETRY = os.environ["HF_HUB_DISABLE_TELEMETRY"].upper() in {"1", "ON", "YES", "TRUE"}
+
+
 def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path,
              invalidate: list[str] = ()) -> dict[str, Any]:
     """Train the cell (see the module docstring); ``invalidate`` paths are removed once the lock is held."""
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    disable_hub_telemetry()
     cell_dir = CellDir(workdir)
     cell_dir.root.mkdir(parents=True, exist_ok=True)
     with exclusive(cell_dir.root) if _holds_lock(cell_dir) else contextlib.nullcontext():

@@ -113,10 +113,11 @@ def build(out: Path, sft_steps: int, p_wrong: float) -> dict:
     train = out / "data" / "walk.jsonl"
     train.parent.mkdir(parents=True, exist_ok=True)
     train.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    warmstart.warm_start_examples = lambda seed, n, code_share=0.0: warm_start_examples(seed, n, p_wrong)
     tokenizer = tiny.build_tokenizer()
     model = tiny.build_model("tiny-s", tokenizer, seed=0)
-    summary = warmstart.warm_start(model, tokenizer, warmstart.WarmStartConfig(steps=sft_steps, seed=0))
+    config = warmstart.WarmStartConfig(steps=sft_steps, seed=0)
+    examples = warm_start_examples(config.seed, (config.steps + 2) * config.batch_size, p_wrong)
+    summary = warmstart.warm_start(model, tokenizer, config, examples)
     tiny.save_checkpoint(model, tokenizer, out / "model", {"warm_start": summary, "task": "walk"})
     return {"train": str(train), "problems": len(rows), "warm_start": summary}
 

@@ -36,3 +36,18 @@ def test_a_wrong_walk_slips_to_an_odd_value_once_and_then_follows_the_rule_to_th
         assert len(slips) == 1 and steps[slips[0]][2] % 2 == 1  # one near miss, odd
         assert all(c != 0 for _, _, c in steps[slips[0]:])  # the odd residues never reach 0
         assert all(c == a2 for (_, _, c), (a2, _, _) in zip(steps, steps[1:]))
+
+
+def test_the_warm_start_is_made_of_the_examples_it_is_given():
+    from balagg.tinyworld.model import build_tokenizer
+    from balagg.tinyworld.warmstart import WarmStartConfig, _batches
+
+    tokenizer = build_tokenizer()
+    examples = walk.warm_start_examples(0, 40, p_wrong=0.4)
+    batches = _batches(WarmStartConfig(steps=6, batch_size=8), tokenizer, examples)
+    assert len(batches) == 6 and all(len(batch) == 8 for batch in batches)
+    texts = {e.completion for e in examples}
+    for batch in batches:
+        for _, completion in batch:
+            text = tokenizer.decode(completion).removesuffix(tokenizer.eos_token)
+            assert text in texts  # a walk of the probe's, never a chain of the tiny world's tasks

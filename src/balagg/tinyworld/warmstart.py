@@ -64,14 +64,16 @@ def _lr_factor(step: int, config: WarmStartConfig) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def _batches(config: WarmStartConfig, tokenizer) -> list[list[tuple[list[int], list[int]]]]:
-    """``config.steps`` batches of (prompt ids, completion ids + EOS); code and math batches apart."""
+def _batches(config: WarmStartConfig, tokenizer, examples: list | None = None) -> list[list[tuple[list[int], list[int]]]]:
+    """``config.steps`` batches of (prompt ids, completion ids + EOS); code and math batches apart.
+    ``examples`` (WarmStartExample): what the batches are made of, cycled if there are fewer than
+    ``steps x batch_size``; by default the config's regime's, or the tiny world's tasks'."""
     n = config.steps * config.batch_size
-    if config.regime is not None:
+    if examples is None and config.regime is not None:
         from balagg.tinyworld.regimes import get_regime, regime_examples
 
         examples = regime_examples(get_regime(config.regime), config.seed, n + 2 * config.batch_size)
-    else:
+    elif examples is None:
         examples = warm_start_examples(config.seed, n + 2 * config.batch_size, code_share=config.code_share)
     eos = tokenizer.eos_token_id
     pools: dict[bool, list] = {True: [], False: []}
@@ -102,12 +104,13 @@ def _collate(batch, pad_id: int):
     return ids, mask, labels
 
 
-def warm_start(model, tokenizer, config: WarmStartConfig) -> dict:
-    """Train ``model`` in place; return a summary (seconds, losses at start and end, tokens)."""
+def warm_start(model, tokenizer, config: WarmStartConfig, examples: list | None = None) -> dict:
+    """Train ``model`` in place; return a summary (seconds, losses at start and end, tokens).
+    ``examples``: the supervised examples, if not the config's (:func:`_batches`)."""
     import torch
 
     torch.manual_seed(config.seed)
-    batches = _batches(config, tokenizer)
+    batches = _batches(config, tokenizer, examples)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(

@@ -13,12 +13,12 @@ right walks and, at ``--p-wrong``, walks with one near-miss (odd) error that go 
 the limit (no box). There is nothing to unlearn but the error: stopping early after an odd value is as
 wrong as going on, so a group's baseline gives neither a push.
 
-The probe: build the walk tiny world (training file in the prepared schema, 37 problems), warm-start
+The probe: build the walk tiny world (training file in the prepared schema, 37 problems mod 20), warm-start
 tiny-s on it, then train one token-agg GRPO cell per seed with the laboratory's recipe through
 ``python -m balagg train`` (the two seeds side by side), and print by tenths of training: the side-mass
 ratio, accuracy, truncation and right / wrong lengths from each cell's metrics.jsonl.
 
-    python bench/walk_probe.py [--out /tmp/walk-probe] [--seeds 0,1] [--steps 200]
+    python bench/walk_probe.py [--out /tmp/walk-probe] [--seeds 0,1] [--steps 200] [--mod 20]
 """
 
 from __future__ import annotations
@@ -164,13 +164,16 @@ def tenths(metrics: Path) -> list[str]:
 
 
 def main() -> int:
+    global MOD  # --mod: every function of the walk world reads the module's modulus
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="/tmp/walk-probe")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--sft-steps", type=int, default=800)
     parser.add_argument("--p-wrong", type=float, default=0.4)
+    parser.add_argument("--mod", type=int, default=MOD, help="the modulus (even): larger, more facts to learn")
     args = parser.parse_args()
+    MOD = args.mod
     out = Path(args.out)
     started = time.monotonic()
     built = build(out, args.sft_steps, args.p_wrong)

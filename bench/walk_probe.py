@@ -19,6 +19,7 @@ tiny-s on it, then train one token-agg GRPO cell per seed with the laboratory's 
 ratio, accuracy, truncation and right / wrong lengths from each cell's metrics.jsonl.
 
     python bench/walk_probe.py [--out /tmp/walk-probe] [--seeds 0,1] [--steps 200] [--mod 20]
+    python bench/walk_probe.py --classify /tmp/walk-probe/model /tmp/walk-probe/seed0/train/checkpoints/step-000200
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -141,6 +143,39 @@ def cell_config(out: Path, seed: int, steps: int) -> Path:
     return path
 
 
+STEP = re.compile(r"(\d+)\+(\d+)=(\d+)\.")
+BOX = re.compile(r"\\boxed\{(\d+)\}")
+
+
+def kind_of(text: str, start: int, step: int, count: int) -> str:
+    """What a sampled answer to ``Walk start by step.`` is: right; a loop after an odd slip (no box); a
+    boxed wrong count after an even slip, an odd one, or none (a miscount); or something else unboxed."""
+    box = BOX.search(text)
+    if box and int(box.group(1)) == count:
+        return "right"
+    slip = next((int(c) for a, b, c in STEP.findall(text) if (int(a) + int(b)) % MOD != int(c)), None)
+    if box is None:
+        return "loop after an odd slip" if slip is not None and slip % 2 else "other, no box"
+    if slip is None:
+        return "boxed wrong, no slip"
+    return "boxed wrong after an even slip" if slip % 2 == 0 else "boxed wrong after an odd slip"
+
+
+def classify(checkpoint: Path, samples_per_problem: int = 16, seed: int = 1) -> dict[str, tuple[int, float]]:
+    """Fresh samples of every problem from ``checkpoint``: ``{kind: (count, mean length in tokens)}``."""
+    from balagg.tinyworld import model as tiny, warmstart
+
+    model, tokenizer = tiny.load_checkpoint(checkpoint)
+    pool = problems()
+    samples = warmstart.sample_completions(model, tokenizer, [problem_text(s, b) for s, b, _ in pool],
+                                           samples_per_problem, seed=seed)
+    lengths: dict[str, list[int]] = {}
+    for sample in samples:
+        start, step, count = pool[sample["problem"]]
+        lengths.setdefault(kind_of(sample["text"], start, step, count), []).append(sample["length"])
+    return {kind: (len(v), round(sum(v) / len(v), 1)) for kind, v in lengths.items()}
+
+
 def tenths(metrics: Path) -> list[str]:
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     rows = [r for r in rows if "side_mass_ratio/token-agg" in r]
@@ -172,8 +207,14 @@ def main() -> int:
     parser.add_argument("--sft-steps", type=int, default=800)
     parser.add_argument("--p-wrong", type=float, default=0.4)
     parser.add_argument("--mod", type=int, default=MOD, help="the modulus (even): larger, more facts to learn")
+    parser.add_argument("--classify", nargs="+", metavar="CHECKPOINT",
+                        help="only sample these checkpoints afresh (16 per problem) and count the kinds of answers")
     args = parser.parse_args()
     MOD = args.mod
+    if args.classify:
+        for checkpoint in args.classify:
+            print(checkpoint, classify(Path(checkpoint)))
+        return 0
     out = Path(args.out)
     started = time.monotonic()
     built = build(out, args.sft_steps, args.p_wrong)

@@ -2,7 +2,7 @@
 answers are long because of the slip itself, not because of a choice the policy can unlearn.
 
 A *walk* problem ``Walk 14 by 6.`` asks how many steps of ``+6 (mod 20)`` lead from 14 to 0; its worked
-solution is the walk, one step per line item, and the count in a box:
+solution is the walk, step by step, and the count in a box (a walk of one step, and the start of one of five):
 
     14+6=0. \\boxed{1}            4+6=10. 10+6=16. 16+6=2. 2+6=8. 8+6=14. ...
 
@@ -50,7 +50,7 @@ def walk(start: int, step: int) -> list[int]:
 
 
 def problems() -> list[tuple[int, int, int]]:
-    """Every (start, step, answer) with even start and step in 2..18 that reaches 0 within MAX_STEPS."""
+    """Every (start, step, answer) with even start and step in 2..MOD-2 that reaches 0 within MAX_STEPS."""
     found = []
     for start in range(2, MOD, 2):
         for step in range(2, MOD, 2):

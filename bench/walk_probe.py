@@ -2,12 +2,12 @@
 answers are long because of the slip itself, not because of a choice the policy can unlearn.
 
 A *walk* problem ``Walk 14 by 6.`` asks how many steps of ``+6 (mod 20)`` lead from 14 to 0; its worked
-solution is the walk, step by step, and the count in a box (a walk of one step, and the start of one of five):
+solution is the walk, step by step, and the count in a box (``Walk 14 by 6.`` and ``Walk 4 by 4.``):
 
-    14+6=0. \\boxed{1}            4+6=10. 10+6=16. 16+6=2. 2+6=8. 8+6=14. ...
+    14+6=0. \\boxed{1}            4+4=8. 8+4=12. 12+4=16. 16+4=0. \\boxed{4}
 
 Starts and steps are even, so a right walk stays on the even residues and ends at 0 within 5 steps. A
-slip to an odd value (``4+6=11.``) puts the walk on the odd residues, which never reach 0: the *same*
+slip to an odd value (``4+4=9.``) puts the walk on the odd residues, which never reach 0: the *same*
 rule that ends a right walk (go on until 0) then runs to the length limit. The warm-start data has
 right walks and, at ``--p-wrong``, walks with one near-miss (odd) error that go on by the rule until
 the limit (no box). There is nothing to unlearn but the error: stopping early after an odd value is as

@@ -66,6 +66,7 @@ from balagg.tinyworld.tasks import (
     TRAIN_TASKS,
     Chain,
     WarmStartExample,
+    _apply,
     _box,
     _propagate,
     _step_text,
@@ -134,16 +135,19 @@ def get_regime(name: str) -> Regime:
     return REGIMES[name]
 
 
+def _inverse_op(op: str) -> str:
+    return "-" if op == "+" else "+"
+
+
 def _inverse(a: int, op: str, b: int, c: int) -> str:
     """The check of step ``a op b = c``: ``c inv b = a`` (in 0..9 whenever a and c are)."""
-    return _step_text(c, "-" if op == "+" else "+", b, a)
+    return _step_text(c, _inverse_op(op), b, a)
 
 
 def _honest_check(op: str, b: int, c: int) -> str:
     """The check of a step ``? op b = c`` computed from its result: ``c inv b = (c inv b)``, which gives
     back the step's first operand only when the step is right (the value may leave 0..9)."""
-    inverse = "-" if op == "+" else "+"
-    return _step_text(c, inverse, b, c - b if op == "+" else c + b)
+    return _step_text(c, _inverse_op(op), b, _apply(c, _inverse_op(op), b))
 
 
 def _steps(chain: Chain, values: list[int], checks: bool) -> list[list[str]]:

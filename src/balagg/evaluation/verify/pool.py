@@ -108,7 +108,11 @@ class VerifierPool:
 
     def start(self) -> None:
         """Start all the workers now (``verify`` otherwise starts them when it first needs them)."""
-        fresh = [self._start() for _ in range(self.workers - len(self._pool))]
+        self._grow(self.workers)
+
+    def _grow(self, size: int) -> None:
+        """Start workers until the pool has ``size``, and wait until each has loaded the verifier."""
+        fresh = [self._start() for _ in range(size - len(self._pool))]
         for worker in fresh:
             self._wait_ready(worker)
         self._pool.extend(fresh)
@@ -151,10 +155,7 @@ class VerifierPool:
         """Verdict of ``verifier(text, gold)`` for each ``(text, gold)`` pair."""
         result = PoolResult(verdicts=[False] * len(pairs))
         pending = deque(range(len(pairs)))
-        fresh = [self._start() for _ in range(min(self.workers, max(1, len(pairs))) - len(self._pool))]
-        for worker in fresh:
-            self._wait_ready(worker)
-        self._pool.extend(fresh)
+        self._grow(min(self.workers, max(1, len(pairs))))
         busy: dict[Connection, _Worker] = {}
         retried: set[int] = set()
         while pending or busy:

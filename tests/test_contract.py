@@ -90,7 +90,8 @@ def test_tinyworld_and_prepare_data_defaults_are_the_workflows():
     data, model = defaults_of(subcommand("tinyworld", "data")), defaults_of(subcommand("tinyworld", "model"))
     assert (data["seed"], data["train_problems"], data["bench_problems"]) == (
         contract.TINYWORLD.seed, contract.TINYWORLD.train_problems, contract.TINYWORLD.bench_problems)
-    assert (model["seed"], model["sft_steps"]) == (contract.TINYWORLD.seed, contract.TINYWORLD.sft_steps)
+    assert (model["seed"], model["sft_steps"], model["sft_length_buckets"]) == (
+        contract.TINYWORLD.seed, contract.TINYWORLD.sft_steps, contract.TINYWORLD.sft_length_buckets)
     assert defaults_of(subcommand("prepare-data"))["on_bad_row"] == contract.DATA.on_bad_row
 
 

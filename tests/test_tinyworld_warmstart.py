@@ -13,7 +13,10 @@ torch = pytest.importorskip("torch")
 
 from balagg.tinyworld.warmstart import (  # noqa: E402
     WarmStartConfig,
+    _batch_loss_backward,
+    _batches,
     _collate,
+    _length_parts,
     _lr_factor,
     boxed_integer,
     step0_statistics,
@@ -38,6 +41,38 @@ def test_collate_labels_only_completion_tokens():
     ids, mask, labels = _collate([([5], [8, 1]), ([5, 6], [9, 9, 9, 1])], pad_id=0)
     assert ids[0].tolist() == [5, 8, 1, 0, 0, 0] and mask[0].tolist() == [1, 1, 1, 0, 0, 0]
     assert labels[0].tolist() == [-100, 8, 1, -100, -100, -100]
+
+
+def test_length_parts_sort_and_cut_the_batch():
+    batch = [([1] * n, [2] * n) for n in (5, 1, 4, 2, 3)]
+    assert _length_parts(batch, 1) == [batch]
+    parts = _length_parts(batch, 2)
+    assert [[len(p) for p, _ in part] for part in parts] == [[1, 2], [3, 4, 5]]
+    assert len(_length_parts(batch, 5)) == 5
+    with pytest.raises(ValueError, match="length_buckets"):
+        WarmStartConfig(length_buckets=0)
+
+
+@pytest.mark.parametrize("buckets", [2, 3])
+def test_length_buckets_give_the_one_batch_gradient(buckets):
+    """Padding a batch in length-sorted parts changes the padding, not the update: the loss and every
+    parameter's gradient equal the one padded batch's (a wrong token count in any part breaks this)."""
+    from balagg.tinyworld.model import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    batch = _batches(WarmStartConfig(steps=1, seed=3), tokenizer)[0]
+    assert len({len(p) + len(c) for p, c in batch}) > 3  # lengths vary: the parts pad differently
+
+    def gradient(k):
+        model = build_model("tiny-xs", tokenizer, seed=0)
+        loss, tokens = _batch_loss_backward(model, batch, tokenizer.pad_token_id, k)
+        return loss, tokens, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    (loss1, tokens1, grads1), (loss_k, tokens_k, grads_k) = gradient(1), gradient(buckets)
+    assert loss_k == pytest.approx(loss1, rel=1e-5)
+    assert tokens_k == tokens1 == sum(len(p) + len(c) for p, c in batch)
+    for name, grad in grads1.items():
+        torch.testing.assert_close(grads_k[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_boxed_integer():

@@ -381,6 +381,7 @@ class TinyWorldDefaults:
     train_problems: int = 2000
     bench_problems: int = 16
     sft_steps: int = 800
+    sft_length_buckets: int = 1  # warm-start batches padded as one (1) or in this many length-sorted parts
 
 
 @dataclass(frozen=True)

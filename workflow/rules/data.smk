@@ -34,6 +34,7 @@ rule tinyworld_model:
         size=tinyworld_size,
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
+        sft_length_buckets=config["tinyworld"]["sft_length_buckets"],
         regime=tinyworld_regime_arg,
         answer_format=lambda wildcards: config["models"][wildcards.model].get("answer_format", contract.DEFAULT_ANSWER_FORMAT),
     log:
@@ -47,7 +48,7 @@ rule tinyworld_model:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg tinyworld model --size {params.size} --raw {params.raw} --seed {params.seed}"
-        " --sft-steps {params.sft_steps} {params.regime} --answer-format {params.answer_format}"
+        " --sft-steps {params.sft_steps} --sft-length-buckets {params.sft_length_buckets} {params.regime} --answer-format {params.answer_format}"
         " --out {params.out} > {log} 2>&1"
 
 

@@ -57,6 +57,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="seed of the initial weights and the warm start")
     model.add_argument("--sft-steps", type=_positive, default=contract.TINYWORLD.sft_steps,
                        help="warm-start optimiser steps (batch 32)")
+    model.add_argument("--sft-length-buckets", type=_positive, default=contract.TINYWORLD.sft_length_buckets,
+                       help="pad each warm-start batch in this many length-sorted parts (the same update, less padding)")
     model.add_argument("--card-problems", type=_positive, default=64, help="problems per training set in the card")
     model.add_argument("--card-samples", type=_positive, default=8, help="samples per problem in the card")
     model.add_argument("--max-new-tokens", type=_positive, default=96)
@@ -100,7 +102,8 @@ def run_model(args: argparse.Namespace) -> int:
     if args.size not in SIZES:
         raise ValueError(f"unknown tiny model size {args.size!r}; choose one of {', '.join(SIZES)}")
     card = build_warm_model(args.size, args.raw, args.out, seed=args.seed,
-                            config=WarmStartConfig(steps=args.sft_steps, seed=args.seed, regime=args.regime),
+                            config=WarmStartConfig(steps=args.sft_steps, seed=args.seed, regime=args.regime,
+                                                           length_buckets=args.sft_length_buckets),
                             card_problems=args.card_problems, samples_per_problem=args.card_samples,
                             max_new_tokens=args.max_new_tokens, answer_format=args.answer_format)
     print(summary_line(args.size, card))

@@ -4,7 +4,10 @@ Warm start: a plain PyTorch loop over ``warm_start_examples`` (both training tas
 right and flawed worked solutions, and a share of code problems), cross-entropy on completion tokens
 (EOS included) only, AdamW (lr 3e-3, betas 0.9/0.98, weight decay 0.01), linear warmup then cosine decay
 to 0, gradient clipping at 1.0, fp32, one thread. Code examples get batches of their own so that math
-batches are not padded to program length.
+batches are not padded to program length. With ``length_buckets`` = k > 1 a batch is sorted by length and
+cut into k parts, each padded to its own longest example; every part's summed token loss is divided by
+the whole batch's completion-token count and the gradients accumulate, so the update is the batch's
+mean-token loss gradient as with one padded batch, up to float rounding.
 
 Step-0 statistics: sample ``samples_per_problem`` completions per problem at T=1 (top_k=0, top_p=1,
 TRL's sampling) for problems read from the raw training sets *through the real loaders*
@@ -49,10 +52,13 @@ class WarmStartConfig:
     code_share: float = 0.1
     seed: int = 0
     regime: str | None = None  # a balagg.tinyworld.regimes name: its examples replace the default mix
+    length_buckets: int = contract.TINYWORLD.sft_length_buckets  # parts a batch is padded in (module doc)
 
     def __post_init__(self):
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("warm start: steps and batch_size must be at least 1")
+        if not 1 <= self.length_buckets <= self.batch_size:
+            raise ValueError(f"warm start: length_buckets must be in 1..{self.batch_size}, got {self.length_buckets}")
 
 
 def _lr_factor(step: int, config: WarmStartConfig) -> float:
@@ -88,6 +94,33 @@ def _batches(config: WarmStartConfig, tokenizer, examples: list | None = None) -
     return [batches[i % len(batches)] for i in range(config.steps)]
 
 
+def _length_parts(batch, buckets: int) -> list[list[tuple[list[int], list[int]]]]:
+    """``batch`` as one part (``buckets`` = 1, in its order), or sorted by length and cut into ``buckets``
+    parts of (nearly) equal size, each to be padded on its own."""
+    if buckets == 1:
+        return [batch]
+    ordered = sorted(batch, key=lambda example: len(example[0]) + len(example[1]))
+    cuts = [len(ordered) * k // buckets for k in range(buckets + 1)]
+    return [ordered[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _batch_loss_backward(model, batch, pad_id: int, buckets: int) -> tuple[float, int]:
+    """Backpropagate the batch's mean cross-entropy over its completion tokens; return (loss, tokens).
+
+    One part: the model's own mean loss. Several: each part's summed loss over the batch's completion
+    tokens (``num_items_in_batch``, transformers' gradient-accumulation reduction), which adds up to it."""
+    parts = _length_parts(batch, buckets)
+    scale = {} if len(parts) == 1 else {"num_items_in_batch": sum(len(completion) for _, completion in batch)}
+    loss_value, tokens = 0.0, 0
+    for part in parts:
+        ids, mask, labels = _collate(part, pad_id)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels, **scale).loss
+        loss.backward()
+        loss_value += loss.item()
+        tokens += int(mask.sum())
+    return loss_value, tokens
+
+
 def _collate(batch, pad_id: int):
     """Right-padded input ids, attention mask and labels (-100 on prompt and padding)."""
     import torch
@@ -121,15 +154,13 @@ def warm_start(model, tokenizer, config: WarmStartConfig, examples: list | None 
     model.train()
     start, cpu_start, losses, tokens = time.perf_counter(), time.process_time(), [], 0
     for step, batch in enumerate(batches):
-        ids, mask, labels = _collate(batch, tokenizer.pad_token_id)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, batch_tokens = _batch_loss_backward(model, batch, tokenizer.pad_token_id, config.length_buckets)
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
         scheduler.step()
-        losses.append(loss.item())
-        tokens += int(mask.sum())
+        losses.append(loss)
+        tokens += batch_tokens
         if (step + 1) % 100 == 0 or step + 1 == config.steps:
             log.info("warm start step %d/%d loss %.4f", step + 1, config.steps, sum(losses[-100:]) / len(losses[-100:]))
     model.eval()

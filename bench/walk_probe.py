@@ -1,17 +1,10 @@
 """Laboratory probe outside the workflow (docs/laboratory.md, "A seventh design"): a task whose wrong
 answers are long because of the slip itself, not because of a choice the policy can unlearn.
 
-A *walk* problem ``Walk 14 by 6.`` asks how many steps of ``+6 (mod 20)`` lead from 14 to 0; its worked
-solution is the walk, step by step, and the count in a box (``Walk 14 by 6.`` and ``Walk 4 by 4.``):
-
-    14+6=0. \\boxed{1}            4+4=8. 8+4=12. 12+4=16. 16+4=0. \\boxed{4}
-
-Starts and steps are even, so a right walk stays on the even residues and ends at 0 within 5 steps. A
-slip to an odd value (``4+4=9.``) puts the walk on the odd residues, which never reach 0: the *same*
-rule that ends a right walk (go on until 0) then runs to the length limit. The warm-start data has
-right walks and, at ``--p-wrong``, walks with one near-miss (odd) error that go on by the rule until
-the limit (no box). There is nothing to unlearn but the error: stopping early after an odd value is as
-wrong as going on, so a group's baseline gives neither a push.
+The walk task and its warm-start data are balagg.tinyworld.walks (``Walk 14 by 6.``: how many steps of
+``+6 (mod m)`` lead from 14 to 0; an odd slip runs to the length limit by the task's rule); the workflow
+trains it as the ``wrong-long-walk`` regime of the tiny world's ``walks`` family at mod 40. The probe
+runs it at any modulus (``--mod``, default 20) without the workflow.
 
 The probe: build the walk tiny world (training file in the prepared schema, 37 problems mod 20), warm-start
 tiny-s on it, then train one token-agg GRPO cell per seed with the laboratory's recipe through
@@ -27,91 +20,36 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-MOD, MAX_STEPS, LOOP_CHARS = 20, 5, 120
+MOD = 20
+"""The probe's modulus (``--mod``; the workflow's walk world uses balagg.tinyworld.walks.MOD, 40)."""
 REPO = Path(__file__).resolve().parents[1]
 
 
-def walk(start: int, step: int) -> list[int]:
-    """The values after each step of ``+step (mod MOD)`` from ``start`` until 0 (empty if never)."""
-    values, value = [], start
-    for _ in range(MOD):
-        value = (value + step) % MOD
-        values.append(value)
-        if value == 0:
-            return values
-    return []
+def problems() -> list:
+    """The walk problems (balagg.tinyworld.walks.Walk) at the probe's modulus."""
+    from balagg.tinyworld import walks
 
-
-def problems() -> list[tuple[int, int, int]]:
-    """Every (start, step, answer) with even start and step in 2..MOD-2 that reaches 0 within MAX_STEPS."""
-    found = []
-    for start in range(2, MOD, 2):
-        for step in range(2, MOD, 2):
-            values = walk(start, step)
-            if values and len(values) <= MAX_STEPS:
-                found.append((start, step, len(values)))
-    return found
-
-
-def _steps_text(start: int, step: int, values: list[int]) -> list[str]:
-    texts, value = [], start
-    for result in values:
-        texts.append(f"{value}+{step}={result}.")
-        value = result
-    return texts
-
-
-def right_solution(start: int, step: int) -> str:
-    values = walk(start, step)
-    return " ".join(_steps_text(start, step, values) + [f"\\boxed{{{len(values)}}}"])
-
-
-def wrong_solution(start: int, step: int, rng: random.Random) -> str:
-    """A near-miss (odd) error at a random step, then the walk by the rule until LOOP_CHARS (no box)."""
-    values = walk(start, step)
-    j = rng.randrange(len(values))
-    wrong = (values[j] + rng.choice((-1, 1))) % MOD
-    texts = _steps_text(start, step, values[:j] + [wrong])
-    value = wrong
-    while len(" ".join(texts)) < LOOP_CHARS:
-        result = (value + step) % MOD
-        texts.append(f"{value}+{step}={result}.")
-        value = result
-    return " ".join(texts)[:LOOP_CHARS]
-
-
-def problem_text(start: int, step: int) -> str:
-    return f"Walk {start} by {step}."
+    return walks.walk_problems(MOD)
 
 
 def warm_start_examples(seed: int, n: int, p_wrong: float):
-    from balagg.tinyworld.tasks import WarmStartExample
+    from balagg.tinyworld import walks
 
-    rng = random.Random(f"walk-warm-start-{seed}")
-    pool, examples = problems(), []
-    for _ in range(n):
-        start, step, _ = rng.choice(pool)
-        if rng.random() < p_wrong:
-            examples.append(WarmStartExample(problem_text(start, step), wrong_solution(start, step, rng), "walk",
-                                             False, ends=False))
-        else:
-            examples.append(WarmStartExample(problem_text(start, step), right_solution(start, step), "walk", True))
-    return examples
+    return walks.warm_start_examples(seed, n, p_wrong, MOD)
 
 
 def build(out: Path, sft_steps: int, p_wrong: float) -> dict:
     """The training file and the warm-started tiny-s (the tiny world's own warm start, on walk examples)."""
     from balagg.tinyworld import model as tiny, warmstart
 
-    rows = [{"id": f"walk-{i:04d}", "problem": problem_text(s, b), "answer": str(k), "source": "walk"}
-            for i, (s, b, k) in enumerate(problems())]
+    rows = [{"id": f"walk-{i:04d}", "problem": w.problem, "answer": str(w.answer), "source": "walk"}
+            for i, w in enumerate(problems())]
     train = out / "data" / "walk.jsonl"
     train.parent.mkdir(parents=True, exist_ok=True)
     train.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -147,8 +85,8 @@ STEP = re.compile(r"(\d+)\+(\d+)=(\d+)\.")
 BOX = re.compile(r"\\boxed\{(\d+)\}")
 
 
-def kind_of(text: str, start: int, step: int, count: int) -> str:
-    """What a sampled answer to ``Walk start by step.`` is: right; a loop after an odd slip (no box); a
+def kind_of(text: str, count: int) -> str:
+    """What a sampled answer to a walk of ``count`` steps is: right; a loop after an odd slip (no box); a
     boxed wrong count after an even slip, an odd one, or none (a miscount); or something else unboxed."""
     box = BOX.search(text)
     if box and int(box.group(1)) == count:
@@ -167,12 +105,10 @@ def classify(checkpoint: Path, samples_per_problem: int = 16, seed: int = 1) -> 
 
     model, tokenizer = tiny.load_checkpoint(checkpoint)
     pool = problems()
-    samples = warmstart.sample_completions(model, tokenizer, [problem_text(s, b) for s, b, _ in pool],
-                                           samples_per_problem, seed=seed)
+    samples = warmstart.sample_completions(model, tokenizer, [w.problem for w in pool], samples_per_problem, seed=seed)
     lengths: dict[str, list[int]] = {}
     for sample in samples:
-        start, step, count = pool[sample["problem"]]
-        lengths.setdefault(kind_of(sample["text"], start, step, count), []).append(sample["length"])
+        lengths.setdefault(kind_of(sample["text"], pool[sample["problem"]].answer), []).append(sample["length"])
     return {kind: (len(v), round(sum(v) / len(v), 1)) for kind, v in lengths.items()}
 
 

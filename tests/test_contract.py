@@ -47,6 +47,11 @@ def test_schema_defaults_equal_the_contracts(section, defaults):
     assert schema_defaults(section) == dataclasses.asdict(defaults)
 
 
+def test_schema_names_the_contracts_tinyworld_families():
+    properties = yaml.safe_load(SCHEMA.read_text())["properties"]["tinyworld"]["properties"]
+    assert tuple(properties["family"]["enum"]) == contract.TINYWORLD_FAMILIES
+
+
 def test_generate_defaults_are_the_workflows():
     from balagg.evaluation.generation.requests import GenerationConfig
 
@@ -88,8 +93,9 @@ def test_one_answer_format_list_and_one_default_everywhere():
 
 def test_tinyworld_and_prepare_data_defaults_are_the_workflows():
     data, model = defaults_of(subcommand("tinyworld", "data")), defaults_of(subcommand("tinyworld", "model"))
-    assert (data["seed"], data["train_problems"], data["bench_problems"]) == (
-        contract.TINYWORLD.seed, contract.TINYWORLD.train_problems, contract.TINYWORLD.bench_problems)
+    assert (data["seed"], data["train_problems"], data["bench_problems"], data["family"]) == (
+        contract.TINYWORLD.seed, contract.TINYWORLD.train_problems, contract.TINYWORLD.bench_problems,
+        contract.TINYWORLD.family)
     assert (model["seed"], model["sft_steps"], model["sft_length_buckets"]) == (
         contract.TINYWORLD.seed, contract.TINYWORLD.sft_steps, contract.TINYWORLD.sft_length_buckets)
     assert defaults_of(subcommand("prepare-data"))["on_bad_row"] == contract.DATA.on_bad_row

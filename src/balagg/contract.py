@@ -373,6 +373,11 @@ class EvalDefaults:
     jobs: str = "checkpoint"  # one generation and one scoring job per checkpoint, or per cell ("cell")
 
 
+TINYWORLD_FAMILIES = ("chains", "walks")
+"""The tiny world's task families (``tinyworld.family``, balagg.tinyworld.raw): arithmetic chains or walks
+in the training sets and the math benchmarks."""
+
+
 @dataclass(frozen=True)
 class TinyWorldDefaults:
     """The workflow's ``tinyworld`` section (``tinyworld data`` and ``tinyworld model``)."""
@@ -382,6 +387,7 @@ class TinyWorldDefaults:
     bench_problems: int = 16
     sft_steps: int = 800
     sft_length_buckets: int = 1  # warm-start batches padded as one (1) or in this many length-sorted parts
+    family: str = "chains"  # the task family of the training sets and math benchmarks (balagg.tinyworld.raw)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from functools import cache, lru_cache
 from itertools import product
 from pathlib import Path
 
+from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 # the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
@@ -184,6 +185,24 @@ def tracking_uri():
     if config.get("tracking_uri"):
         return config["tracking_uri"]
     return "sqlite:///" + str(Path(RESULTS, "mlflow.db").resolve())
+
+
+def check_tinyworld_families():
+    """Every tiny model's warm start writes problems of the campaign's tiny-world family (one line if not)."""
+    from balagg.tinyworld.regimes import get_regime
+
+    family = config["tinyworld"]["family"]
+    for name, spec in config["models"].items():
+        if spec["path"] != TINYWORLD:
+            continue
+        regime = spec.get("tinyworld_regime")
+        wants = get_regime(regime).family if regime else "chains"
+        if wants != family:
+            raise WorkflowError(f"config: models.{name}: {f'tinyworld_regime {regime}' if regime else 'the default warm start'}"
+                                f" writes {wants} problems, but tinyworld.family is {family}")
+
+
+check_tinyworld_families()
 
 
 def model_source(model):

@@ -11,6 +11,7 @@ rule tinyworld_data:
         seed=config["tinyworld"]["seed"],
         train_problems=config["tinyworld"]["train_problems"],
         bench_problems=config["tinyworld"]["bench_problems"],
+        family=config["tinyworld"]["family"],
     log:
         f"{RESULTS}/logs/tinyworld_data.log",
     benchmark:
@@ -19,7 +20,8 @@ rule tinyworld_data:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg tinyworld data --out {params.out} --seed {params.seed}"
-        " --train-problems {params.train_problems} --bench-problems {params.bench_problems} > {log} 2>&1"
+        " --train-problems {params.train_problems} --bench-problems {params.bench_problems}"
+        " --family {params.family} > {log} 2>&1"
 
 
 rule tinyworld_model:

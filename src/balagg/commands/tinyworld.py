@@ -46,6 +46,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="problems per training set")
     data.add_argument("--bench-problems", type=_positive, default=contract.TINYWORLD.bench_problems,
                       help="problems per benchmark")
+    data.add_argument("--family", choices=contract.TINYWORLD_FAMILIES, default=contract.TINYWORLD.family,
+                      help="task family of the training sets and math benchmarks (balagg.tinyworld.raw.FAMILIES)")
     data.set_defaults(func=run_data)
 
     model = actions.add_parser("model", help="build, warm-start and save a tiny model with its card.json")
@@ -89,9 +91,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_data(args: argparse.Namespace) -> int:
     from balagg.tinyworld.raw import write_raw
 
-    manifest = write_raw(args.out, args.seed, train_problems=args.train_problems, bench_problems=args.bench_problems)
+    manifest = write_raw(args.out, args.seed, train_problems=args.train_problems, bench_problems=args.bench_problems,
+                         family=args.family)
     rows = ", ".join(f"{name} {d['rows']}" for name, d in manifest["datasets"].items())
-    print(f"tinyworld data (seed {args.seed}) in {args.out}: {rows}")
+    print(f"tinyworld data ({args.family}, seed {args.seed}) in {args.out}: {rows}")
     return 0
 
 

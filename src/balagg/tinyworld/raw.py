@@ -15,7 +15,9 @@ Each dataset is a folder ``{out}/{name}/`` laid out like a local mirror of its h
 | livecodebench   | ``release_v6/test-00000-of-00001.parquet``       | lighteval/code_generation_lite            |
 
 ``{out}/manifest.json`` lists every dataset (path, format, hub id, split, subset, rows, sha256), the
-seed and the generator settings. Row contents depend only on ``seed`` and the sizes.
+seed, the family and the generator settings. Row contents depend only on ``seed``, the sizes and the
+*family* (:data:`FAMILIES`): arithmetic chains, or walks (``balagg.tinyworld.walks``) in the training
+sets and the five math benchmarks.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ import random
 import uuid
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from balagg import contract
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX
 from balagg.data.sources import SOURCES
 from balagg.io import atomic_path, atomic_write_text, read_jsonl
+from balagg.tinyworld import walks
 from balagg.tinyworld.tasks import (
     BENCH_TASKS,
     NOMINAL_PASS_RATE,
@@ -86,57 +90,89 @@ def _chains(task: ArithmeticTask, rng: random.Random, n: int):
     return chains
 
 
-def dapo_rows(seed: int, n: int) -> list[dict]:
+FAMILIES = contract.TINYWORLD_FAMILIES
+"""The tiny world's task families (``tinyworld.family``): arithmetic chains (balagg.tinyworld.tasks) or
+walks (balagg.tinyworld.walks) in the training sets and the math benchmarks; the code benchmark is the
+same in both."""
+
+WALK_BENCHMARKS = ("math500", "aime24", "aime25", "olympiadbench", "minerva")
+"""The math benchmarks in the order the walk family deals its problems out to them (disjoint slices)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a dataset row is made of, in either family: the problem text, its integer answer, the worked
+    solution and its number of steps."""
+
+    text: str
+    answer: int
+    solution: str
+    n_steps: int
+
+
+def _problems(name: str, seed: int, n: int, family: str, rng: random.Random | None = None) -> list[Problem]:
+    """``n`` problems of dataset ``name`` (a TRAIN_TASKS or BENCH_TASKS key) in ``family``, drawn from
+    ``rng`` (default: the dataset's own stream). Chains: the dataset's own task, distinct expressions.
+    Walks: a training set is at most the whole space (83 problems at mod 40), each problem once; the
+    benchmarks get disjoint slices of one shuffle (:func:`walks.dealt_walks`)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tiny-world family {family!r}; use one of {', '.join(FAMILIES)}")
+    rng = rng or _rng(seed, name)
+    if family == "walks":
+        drawn = (walks.sample_walks(rng, n) if name in TRAIN_TASKS
+                 else walks.dealt_walks(seed, WALK_BENCHMARKS.index(name), n))
+        return [Problem(w.problem, w.answer, w.solution, w.n_steps) for w in drawn]
+    task = TRAIN_TASKS.get(name) or BENCH_TASKS[name]
+    return [Problem(task.problem(c), c.answer, worked_solution(c), c.n_steps) for c in _chains(task, rng, n)]
+
+
+def dapo_rows(seed: int, n: int, family: str = "chains") -> list[dict]:
     """DAPO-Math-17k: data_source, prompt (one user message with DAPO's wrapper), ability, reward_model
-    {ground_truth, style}, extra_info {index}."""
-    task, rng = TRAIN_TASKS["dapo-math-17k"], _rng(seed, "dapo-math-17k")
+    {ground_truth, style}, extra_info {index} (uuids from the stream that drew the problems)."""
+    rng = _rng(seed, "dapo-math-17k")
     rows = []
-    for chain in _chains(task, rng, n):
+    for problem in _problems("dapo-math-17k", seed, n, family, rng):
         rows.append({
             "data_source": "math_dapo",
-            "prompt": [{"content": DAPO_PREFIX + task.problem(chain) + DAPO_SUFFIX, "role": "user"}],
+            "prompt": [{"content": DAPO_PREFIX + problem.text + DAPO_SUFFIX, "role": "user"}],
             "ability": "MATH",
-            "reward_model": {"ground_truth": str(chain.answer), "style": "rule-lighteval/MATH_v2"},
+            "reward_model": {"ground_truth": str(problem.answer), "style": "rule-lighteval/MATH_v2"},
             "extra_info": {"index": str(uuid.UUID(int=rng.getrandbits(128), version=4))},
         })
     return rows
 
 
-def polaris_rows(seed: int, n: int) -> list[dict]:
+def polaris_rows(seed: int, n: int, family: str = "chains") -> list[dict]:
     """Polaris-Dataset-53K: problem, answer, difficulty (a pass rate ``k/8``, nominal here)."""
-    task, rng = TRAIN_TASKS["polaris-53k"], _rng(seed, "polaris-53k")
-    return [{"problem": task.problem(c), "answer": str(c.answer), "difficulty": NOMINAL_PASS_RATE[c.n_steps]}
-            for c in _chains(task, rng, n)]
+    return [{"problem": p.text, "answer": str(p.answer), "difficulty": NOMINAL_PASS_RATE[p.n_steps]}
+            for p in _problems("polaris-53k", seed, n, family)]
 
 
-def math500_rows(seed: int, n: int) -> list[dict]:
+def math500_rows(seed: int, n: int, family: str = "chains") -> list[dict]:
     """MATH-500: problem, solution, answer, subject, level (1-5), unique_id."""
-    task, rng = BENCH_TASKS["math500"], _rng(seed, "math500")
-    return [{"problem": task.problem(c), "solution": worked_solution(c), "answer": str(c.answer),
-             "subject": "Prealgebra", "level": c.n_steps, "unique_id": f"test/prealgebra/{i}.json"}
-            for i, c in enumerate(_chains(task, rng, n))]
+    return [{"problem": p.text, "solution": p.solution, "answer": str(p.answer),
+             "subject": "Prealgebra", "level": p.n_steps, "unique_id": f"test/prealgebra/{i}.json"}
+            for i, p in enumerate(_problems("math500", seed, n, family))]
 
 
 def _aime_rows(name: str, year: str):
-    def rows(seed: int, n: int) -> list[dict]:
+    def rows(seed: int, n: int, family: str = "chains") -> list[dict]:
         """AIME (HuggingFaceH4/aime_2024 schema): id, problem, solution, answer, url, year."""
-        task, rng = BENCH_TASKS[name], _rng(seed, name)
-        return [{"id": i, "problem": task.problem(c), "solution": worked_solution(c), "answer": str(c.answer),
+        return [{"id": i, "problem": p.text, "solution": p.solution, "answer": str(p.answer),
                  "url": f"https://example.invalid/tinyworld/{name}/{i}", "year": year}
-                for i, c in enumerate(_chains(task, rng, n))]
+                for i, p in enumerate(_problems(name, seed, n, family))]
     return rows
 
 
-def olympiadbench_rows(seed: int, n: int) -> list[dict]:
+def olympiadbench_rows(seed: int, n: int, family: str = "chains") -> list[dict]:
     """OlympiadBench OE_TO_maths_en_COMP: id, question, solution (list), final_answer (list of str),
     context, image_1..5, is_multiple_answer, unit, answer_type, subfield, subject, language, error,
     question_type."""
-    task, rng = BENCH_TASKS["olympiadbench"], _rng(seed, "olympiadbench")
     rows = []
-    for i, c in enumerate(_chains(task, rng, n)):
+    for i, p in enumerate(_problems("olympiadbench", seed, n, family)):
         rows.append({
-            "id": 1000 + i, "question": task.problem(c), "solution": [worked_solution(c)],
-            "final_answer": [str(c.answer)], "context": None,
+            "id": 1000 + i, "question": p.text, "solution": [p.solution],
+            "final_answer": [str(p.answer)], "context": None,
             **{f"image_{k}": None for k in range(1, 6)},
             "is_multiple_answer": False, "unit": None, "answer_type": "Numerical", "subfield": "Algebra",
             "subject": "Math", "language": "English", "error": None, "question_type": "Open-ended",
@@ -144,11 +180,10 @@ def olympiadbench_rows(seed: int, n: int) -> list[dict]:
     return rows
 
 
-def minerva_rows(seed: int, n: int) -> list[dict]:
+def minerva_rows(seed: int, n: int, family: str = "chains") -> list[dict]:
     """Minerva-MATH: problem, solution (gold = its last ``\\boxed{}``), type, idx."""
-    task, rng = BENCH_TASKS["minerva"], _rng(seed, "minerva")
-    return [{"problem": task.problem(c), "solution": worked_solution(c), "type": "Arithmetic", "idx": i}
-            for i, c in enumerate(_chains(task, rng, n))]
+    return [{"problem": p.text, "solution": p.solution, "type": "Arithmetic", "idx": i}
+            for i, p in enumerate(_problems("minerva", seed, n, family))]
 
 
 def encode_private_tests(tests: list[dict]) -> str:
@@ -156,10 +191,11 @@ def encode_private_tests(tests: list[dict]) -> str:
     return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode("ascii")
 
 
-def livecodebench_rows(seed: int, n: int) -> list[dict]:
+def livecodebench_rows(seed: int, n: int, family: str = "chains") -> list[dict]:
     """LiveCodeBench code generation (parquet copy): question_title, question_content, platform,
     question_id, contest_id, contest_date, starter_code, difficulty, public_test_cases (JSON),
-    private_test_cases (encoded), metadata (JSON with func_name for call-based problems)."""
+    private_test_cases (encoded), metadata (JSON with func_name for call-based problems). The same in
+    every family."""
     rng = _rng(seed, "livecodebench")
     rows, seen = [], set()
     while len(rows) < n:
@@ -185,7 +221,7 @@ def livecodebench_rows(seed: int, n: int) -> list[dict]:
     return rows
 
 
-ROW_BUILDERS: dict[str, Callable[[int, int], list[dict]]] = {
+ROW_BUILDERS: dict[str, Callable[[int, int, str], list[dict]]] = {
     "dapo-math-17k": dapo_rows,
     "polaris-53k": polaris_rows,
     "math500": math500_rows,
@@ -228,10 +264,13 @@ def _sha256(path: Path) -> str:
 
 def write_raw(out: str | os.PathLike, seed: int, train_problems: int = contract.TINYWORLD.train_problems,
               bench_problems: int = contract.TINYWORLD.bench_problems,
-              names: tuple[str, ...] | None = None) -> dict:
-    """Write every dataset (or ``names``) under ``out`` and ``out/manifest.json`` (last); return it."""
+              names: tuple[str, ...] | None = None, family: str = contract.TINYWORLD.family) -> dict:
+    """Write every dataset (or ``names``) of ``family`` under ``out`` and ``out/manifest.json`` (last);
+    return it."""
     if train_problems < 1 or bench_problems < 1:
         raise ValueError("train_problems and bench_problems must be at least 1")
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tiny-world family {family!r}; use one of {', '.join(FAMILIES)}")
     names = tuple(LAYOUT) if names is None else names
     unknown = [n for n in names if n not in LAYOUT]
     if unknown:
@@ -241,7 +280,7 @@ def write_raw(out: str | os.PathLike, seed: int, train_problems: int = contract.
     for name in names:
         spec = LAYOUT[name]
         size = train_problems if spec["role"] == "train" else bench_problems
-        rows = ROW_BUILDERS[name](seed, size)
+        rows = ROW_BUILDERS[name](seed, size, family)
         path = out / name / spec["path"]
         write_rows(rows, path)
         datasets[name] = {
@@ -250,9 +289,10 @@ def write_raw(out: str | os.PathLike, seed: int, train_problems: int = contract.
             "rows": len(rows), "sha256": _sha256(path),
         }
     manifest = {
-        "seed": seed, "train_problems": train_problems, "bench_problems": bench_problems,
-        "tasks": {name: {"verb": t.verb, "steps": {str(k): w for k, w in t.steps.items()}, "error_style": t.error_style, "p_wrong": t.p_wrong}
-                  for name, t in TRAIN_TASKS.items()},
+        "seed": seed, "train_problems": train_problems, "bench_problems": bench_problems, "family": family,
+        "tasks": ({name: {"verb": t.verb, "steps": {str(k): w for k, w in t.steps.items()}, "error_style": t.error_style, "p_wrong": t.p_wrong}
+                   for name, t in TRAIN_TASKS.items()} if family == "chains" else
+                  {"walk": {"mod": walks.MOD, "max_steps": walks.MAX_STEPS, "problems": len(walks.walk_problems())}}),
         "datasets": datasets,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"

@@ -50,6 +50,12 @@ regime puts the length where the policy cannot drop it without changing whether 
   Its probe (docs/laboratory.md) refuted that: the model copies the step's first operand into the check
   instead of computing it (``1+2=4. 4-2=1.``), so its own slips pass their checks and end short; the
   loops fell from 48 % of samples to 10-17 % and the ratio was at or above 1.5 in 4-7 % of 200 steps.
+- ``wrong-long-walk`` (family ``walks``: the tiny world's walk problems, balagg.tinyworld.walks): right
+  answers are the walk to 0 and the count boxed; a wrong answer has one near-miss (odd) slip and goes on
+  by the task's rule, never reaching 0, until the length limit (no box, no EOS). The length follows
+  the slip by the task's own rule, whatever made it. Its probe (bench/walk_probe.py, docs/laboratory.md)
+  held token-agg's ratio at or above 1.5 in 81-89 % of the steps with mixed groups through 200 steps,
+  the first design to do so, while the policy nearly stopped erring (accuracy 0.97-0.99).
 
 The knobs (:class:`Regime`) are the share of flawed solutions, the wrong-answer style, the checks, the
 repeat range (spread in tokens: ``STEP_TOKENS`` per repeat) and the loop length in tokens;
@@ -62,6 +68,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
+from balagg.tinyworld import walks
 from balagg.tinyworld.tasks import (
     TRAIN_TASKS,
     Chain,
@@ -75,7 +82,8 @@ from balagg.tinyworld.tasks import (
 STEP_TOKENS = 7
 """Tokens of one written step or check (``a±b=c.`` and the space), with single-digit values."""
 
-WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry", "doubt", "stuck")
+WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry", "doubt", "stuck", "walk-slip")
+"""``walk-slip`` is the one style of the ``walks`` family (:func:`walks.flawed_walk`); the others write chains."""
 
 RETRY_TEXT = "retry:"
 """What an attempt writes after its erroneous step (``retry`` style) before starting the chain again."""
@@ -104,6 +112,11 @@ class Regime:
     right_retry_share: float = 0.0  # retry style: right answers that follow one failed attempt
     doubt_tail: str = "restate"  # doubt style: what the tail repeats (DOUBT_TAILS)
 
+    @property
+    def family(self) -> str:
+        """The tiny-world task family whose problems this regime's warm start writes (contract.TINYWORLD_FAMILIES)."""
+        return "walks" if self.wrong_style == "walk-slip" else "chains"
+
     def __post_init__(self):
         if self.wrong_style not in WRONG_STYLES:
             raise ValueError(f"regime {self.name}: unknown wrong_style {self.wrong_style!r}; use one of {WRONG_STYLES}")
@@ -126,6 +139,7 @@ REGIMES: dict[str, Regime] = {
     "wrong-long-doubt": Regime("wrong-long-doubt", p_wrong=0.5, wrong_style="doubt"),
     "wrong-long-doubt-hmm": Regime("wrong-long-doubt-hmm", p_wrong=0.5, wrong_style="doubt", doubt_tail="filler"),
     "wrong-long-check": Regime("wrong-long-check", p_wrong=0.4, wrong_style="stuck", checks=True),
+    "wrong-long-walk": Regime("wrong-long-walk", p_wrong=0.4, wrong_style="walk-slip"),
 }
 
 
@@ -255,7 +269,10 @@ def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[st
 
 def regime_examples(regime: Regime, seed: int, n: int) -> list[WarmStartExample]:
     """``n`` warm-start examples of ``regime`` on both training tasks' problems (their verbs and step
-    counts), flawed at ``regime.p_wrong``; no code problems. Deterministic in ``seed``."""
+    counts; the walks family: every walk problem), flawed at ``regime.p_wrong``; no code problems.
+    Deterministic in ``seed``."""
+    if regime.family == "walks":
+        return walks.warm_start_examples(seed, n, regime.p_wrong)
     rng = random.Random(f"tinyworld-regime-{regime.name}-{seed}")
     names = list(TRAIN_TASKS)
     examples = []

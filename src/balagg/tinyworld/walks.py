@@ -1,0 +1,138 @@
+"""The walk task of the tiny world (docs/laboratory.md, "A seventh design"): wrong answers that are long
+because of the slip itself, by the task's own rule, not because of a choice the policy can unlearn.
+
+A *walk* problem ``Walk 14 by 6.`` asks how many steps of ``+6 (mod m)`` lead from 14 to 0; its worked
+solution is the walk, step by step, and the count in a box (mod 20: ``Walk 14 by 6.`` and ``Walk 4 by 4.``):
+
+    14+6=0. \\boxed{1}            4+4=8. 8+4=12. 12+4=16. 16+4=0. \\boxed{4}
+
+Starts and steps are even and the modulus is even, so a right walk stays on the even residues; the
+problems are the ones that reach 0 within :data:`MAX_STEPS` steps (mod 20: 37, mod 40: 83). A slip to an
+odd value (``4+4=9.``) puts the walk on the odd residues, which never reach 0: the *same* rule that ends
+a right walk (go on until 0) then runs it to the length limit. A flawed warm-start solution has one
+near-miss (odd) error at a random step and goes on by the rule for :data:`LOOP_CHARS` characters (no
+box, no EOS: a sampled loop is truncated). Nothing but the error separates a wrong walk from a right
+one, and after an odd value every way on is wrong, so a group's baseline pushes neither.
+
+The tiny world's ``walks`` family (``tinyworld.family``) writes these problems, at :data:`MOD`, into the
+training sets' and the math benchmarks' schemas (``balagg.tinyworld.raw``); the ``wrong-long-walk``
+regime warm-starts on them. Everything here is deterministic given a ``random.Random``; no torch.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+MOD = 40
+"""The walk world's modulus (mod 40: 83 problems; docs/laboratory.md, "A follow-up: walks mod 40")."""
+
+MAX_STEPS = 5
+LOOP_CHARS = 120
+"""Length of a flawed walk in characters (tokens): beyond any sampling limit used with it (96)."""
+
+
+def walk(start: int, step: int, mod: int = MOD) -> list[int]:
+    """The values after each step of ``+step (mod mod)`` from ``start`` until 0 (empty if never)."""
+    values, value = [], start
+    for _ in range(mod):
+        value = (value + step) % mod
+        values.append(value)
+        if value == 0:
+            return values
+    return []
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One walk problem; ``n_steps`` (its answer) is how many steps reach 0."""
+
+    start: int
+    step: int
+    mod: int = MOD
+
+    @property
+    def values(self) -> list[int]:
+        return walk(self.start, self.step, self.mod)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.values)
+
+    @property
+    def answer(self) -> int:
+        return self.n_steps
+
+    @property
+    def problem(self) -> str:
+        return f"Walk {self.start} by {self.step}."
+
+    @property
+    def solution(self) -> str:
+        """The right solution: the walk, step by step, and the count boxed."""
+        return " ".join(_steps_text(self.start, self.step, self.values) + [f"\\boxed{{{self.answer}}}"])
+
+
+def walk_problems(mod: int = MOD) -> list[Walk]:
+    """Every walk with even start and step in 2..mod-2 that reaches 0 within :data:`MAX_STEPS`, in order."""
+    if mod < 4 or mod % 2:
+        raise ValueError(f"the walk modulus must be even and at least 4, got {mod}")
+    found = [Walk(start, step, mod) for start in range(2, mod, 2) for step in range(2, mod, 2)]
+    return [w for w in found if 0 < w.n_steps <= MAX_STEPS]
+
+
+def _steps_text(start: int, step: int, values: list[int]) -> list[str]:
+    texts, value = [], start
+    for result in values:
+        texts.append(f"{value}+{step}={result}.")
+        value = result
+    return texts
+
+
+def flawed_walk(problem: Walk, rng: random.Random) -> str:
+    """A near-miss (odd) error at a random step, then the walk by the rule for LOOP_CHARS characters."""
+    values = problem.values
+    j = rng.randrange(len(values))
+    wrong = (values[j] + rng.choice((-1, 1))) % problem.mod
+    texts = _steps_text(problem.start, problem.step, values[:j] + [wrong])
+    value = wrong
+    while len(" ".join(texts)) < LOOP_CHARS:
+        result = (value + problem.step) % problem.mod
+        texts.append(f"{value}+{problem.step}={result}.")
+        value = result
+    return " ".join(texts)[:LOOP_CHARS]
+
+
+def warm_start_examples(seed: int, n: int, p_wrong: float, mod: int = MOD) -> list:
+    """``n`` warm-start examples (balagg.tinyworld.tasks.WarmStartExample) of uniformly drawn walk
+    problems: flawed (:func:`flawed_walk`, no EOS) at ``p_wrong``, right otherwise. The stream is the
+    probe's (bench/walk_probe.py), so the ``wrong-long-walk`` regime's warm start at mod 40 is the one
+    its probe measured."""
+    from balagg.tinyworld.tasks import WarmStartExample
+
+    rng, pool, examples = random.Random(f"walk-warm-start-{seed}"), walk_problems(mod), []
+    for _ in range(n):
+        problem = rng.choice(pool)
+        if rng.random() < p_wrong:
+            examples.append(WarmStartExample(problem.problem, flawed_walk(problem, rng), "walk", False, ends=False))
+        else:
+            examples.append(WarmStartExample(problem.problem, problem.solution, "walk", True))
+    return examples
+
+
+def sample_walks(rng: random.Random, n: int, mod: int = MOD) -> list[Walk]:
+    """``n`` distinct problems in random order, at most the whole space (a training set of walks)."""
+    space = walk_problems(mod)
+    return rng.sample(space, min(n, len(space)))
+
+
+def dealt_walks(seed: int, index: int, n: int, mod: int = MOD) -> list[Walk]:
+    """Slice ``index`` of ``n`` problems from one fixed shuffle of the space (seeded by ``seed``): the
+    benchmarks get disjoint problems while together they ask for at most the space's size."""
+    space = walk_problems(mod)
+    random.Random(f"tinyworld-walks-deal-{seed}").shuffle(space)
+    return [space[(index * n + k) % len(space)] for k in range(n)]
+
+
+__all__ = ["LOOP_CHARS", "MAX_STEPS", "MOD", "Walk", "dealt_walks", "flawed_walk", "sample_walks", "walk",
+           "walk_problems", "warm_start_examples"]

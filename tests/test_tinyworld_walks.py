@@ -1,0 +1,132 @@
+"""The tiny world's walk family (balagg.tinyworld.walks): the task, its warm-start data, its datasets and
+benchmarks through the real loaders, and the family checks of the warm start and the workflow."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from balagg.tinyworld import walks
+from balagg.tinyworld.model import ALPHABET
+from balagg.tinyworld.raw import WALK_BENCHMARKS, read_rows, write_raw
+from balagg.tinyworld.regimes import get_regime, regime_examples
+
+REPO = Path(__file__).resolve().parents[1]
+STEP = re.compile(r"(\d+)\+(\d+)=(\d+)\.")
+PROBLEM = re.compile(r"^Walk (\d+) by (\d+)\.$")
+
+
+def steps_of(text: str) -> list[tuple[int, int, int]]:
+    return [tuple(map(int, s)) for s in STEP.findall(text)]
+
+
+@pytest.mark.parametrize(("mod", "count"), [(20, 37), (40, 83)])
+def test_right_walks_stay_even_and_end_at_zero_within_five_steps_with_the_count_boxed(mod, count):
+    problems = walks.walk_problems(mod)
+    assert len(problems) == len(set(problems)) == count
+    for w in problems:
+        steps = steps_of(w.solution)
+        assert len(steps) == w.answer <= walks.MAX_STEPS and steps[0][0] == w.start and steps[-1][2] == 0
+        assert all((a + b) % mod == c and c % 2 == 0 and b == w.step for a, b, c in steps)
+        assert all(c == a2 for (_, _, c), (a2, _, _) in zip(steps, steps[1:]))
+        assert w.solution.endswith(f"\\boxed{{{w.answer}}}")
+    with pytest.raises(ValueError, match="even"):
+        walks.walk_problems(21)
+
+
+@pytest.mark.parametrize("mod", [20, 40])
+def test_a_wrong_walk_slips_to_an_odd_value_once_and_then_follows_the_rule_to_the_limit(mod):
+    rng = random.Random(0)
+    for w in walks.walk_problems(mod) * 3:
+        text = walks.flawed_walk(w, rng)
+        assert len(text) == walks.LOOP_CHARS and "boxed" not in text
+        steps = steps_of(text)
+        slips = [k for k, (a, b, c) in enumerate(steps) if (a + b) % mod != c]
+        assert len(slips) == 1 and steps[slips[0]][2] % 2 == 1  # one near miss, odd
+        assert all(c != 0 for _, _, c in steps[slips[0]:])  # the odd residues never reach 0
+        assert all(c == a2 for (_, _, c), (a2, _, _) in zip(steps, steps[1:]))
+
+
+def test_the_walk_regime_warm_starts_on_walks_of_the_walk_world():
+    regime = get_regime("wrong-long-walk")
+    assert regime.family == "walks" and get_regime("wrong-long").family == "chains"
+    examples = regime_examples(regime, 0, 2000)
+    space = {w.problem: w for w in walks.walk_problems()}
+    wrong = [e for e in examples if not e.correct]
+    assert 0.35 < len(wrong) / len(examples) < 0.45  # p_wrong 0.4
+    for e in examples:
+        w = space[e.prompt]  # every prompt is a walk problem at the world's modulus
+        assert e.completion == w.solution and e.ends if e.correct else not e.ends and "boxed" not in e.completion
+    assert len({e.prompt for e in examples}) == len(space)
+
+
+@pytest.fixture(scope="module")
+def walk_raw(tmp_path_factory):
+    out = tmp_path_factory.mktemp("walk-raw")
+    return out, write_raw(out, seed=3, train_problems=200, bench_problems=16, family="walks")
+
+
+def test_walk_datasets_and_benchmarks_read_through_the_real_loaders(walk_raw, tmp_path):
+    from balagg.data import prepare
+
+    out, manifest = walk_raw
+    assert manifest["family"] == "walks" and manifest["tasks"]["walk"]["problems"] == 83
+    benchmark_problems = {}
+    for name, entry in manifest["datasets"].items():
+        report = prepare(name, out / name, tmp_path / f"{name}.jsonl", role=entry["role"])
+        assert entry["rows"] == (83 if entry["role"] == "train" else 16)  # 200 asked: the space has 83
+        assert report.written == entry["rows"] and report.skipped == 0 and report.filtered == 0
+        if name == "livecodebench":
+            continue  # the code benchmark is the same in every family
+        records = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        for record in records:
+            start, step = map(int, PROBLEM.match(record["problem"]).groups())
+            gold = record["answer"][0] if name == "olympiadbench" else record["answer"]
+            assert gold == str(walks.Walk(start, step).answer)
+        problems = [r["problem"] for r in records]
+        if name in WALK_BENCHMARKS:
+            assert len(set(problems)) == len(problems) == 16
+            benchmark_problems[name] = set(problems)
+        else:  # a training set: every problem of the space, once
+            assert len(set(problems)) == len(problems) == 83
+    union = set().union(*benchmark_problems.values())
+    assert len(union) == 5 * 16  # the benchmarks' problems are disjoint
+
+
+def test_walk_rows_are_deterministic_and_in_the_tokenizer_alphabet(walk_raw, tmp_path):
+    out, manifest = walk_raw
+    again = write_raw(tmp_path / "again", seed=3, train_problems=200, bench_problems=16, family="walks")
+    chains = write_raw(tmp_path / "chains", seed=3, train_problems=200, bench_problems=16)
+    for name, entry in manifest["datasets"].items():
+        assert again["datasets"][name]["sha256"] == entry["sha256"]
+        same_in_both = name == "livecodebench"
+        assert (chains["datasets"][name]["sha256"] == entry["sha256"]) == same_in_both, name
+    text = json.dumps([read_rows(out / e["path"]) for n, e in manifest["datasets"].items() if n != "livecodebench"])
+    assert set(text) <= set(ALPHABET)
+    with pytest.raises(ValueError, match="unknown tiny-world family"):
+        write_raw(tmp_path / "bad", seed=0, family="graphs")
+
+
+def test_a_warm_start_of_another_family_is_refused_before_any_work(walk_raw, tmp_path):
+    from balagg.tinyworld.warmstart import WarmStartConfig, build_warm_model
+
+    out, _ = walk_raw
+    with pytest.raises(ValueError, match=r"manifest.json: the tiny world's family is 'walks'.*'chains'"):
+        build_warm_model("tiny-xs", out, tmp_path / "model", config=WarmStartConfig(steps=1, regime="wrong-long"))
+    assert not (tmp_path / "model").exists()
+
+
+def test_the_workflow_refuses_a_regime_of_another_family_in_one_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--quiet", "--configfile", "configs/smoke.yaml",
+         "--config", 'tinyworld={"family": "walks"}'],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode != 0
+    assert re.search(r"config: models\.\S+: the default warm start writes chains problems, but tinyworld\.family "
+                     r"is walks", result.stdout + result.stderr)

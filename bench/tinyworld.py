@@ -5,6 +5,10 @@ Target (issue 4): data + both warm-started models in a few minutes on 2 cores. R
 the workflow's packing), and prints each step's wall and CPU seconds and the step-0 card lines.
 
     python bench/tinyworld.py [--out /tmp/tinyworld-bench] [--sft-steps 800] [--sizes tiny-s,tiny-xs]
+                              [--sft-length-buckets 1]
+
+``--sft-length-buckets 2`` is the embedded default's warm start (configs/default.yaml): the same update,
+each batch padded in two length-sorted halves.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ def main() -> int:
     parser.add_argument("--out", default="/tmp/tinyworld-bench")
     parser.add_argument("--sft-steps", type=int, default=800)
     parser.add_argument("--sizes", default="tiny-s,tiny-xs")
+    parser.add_argument("--sft-length-buckets", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     out = Path(args.out)
@@ -37,7 +42,8 @@ def main() -> int:
     for size in args.sizes.split(","):
         jobs[size] = (time.perf_counter(), subprocess.Popen(
             cli + ["model", "--size", size, "--raw", str(out / "raw"), "--out", str(out / "models" / size),
-                   "--seed", str(args.seed), "--sft-steps", str(args.sft_steps)],
+                   "--seed", str(args.seed), "--sft-steps", str(args.sft_steps),
+                   "--sft-length-buckets", str(args.sft_length_buckets)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     for size, (t0, proc) in jobs.items():
         stdout, _ = proc.communicate()

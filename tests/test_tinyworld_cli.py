@@ -61,6 +61,29 @@ def test_model_command_saves_a_loadable_model_and_its_card(tmp_path):
     assert torch.isfinite(model(torch.tensor([tokenizer.encode("Compute 1+2.")])).logits).all()
 
 
+def test_walk_world_and_its_regime_through_the_commands(tmp_path):
+    """The walks family as the workflow runs it (configs/laboratory-walk.yaml): data, then a model warm-started
+    on walks whose card samples the walk training problems through the real loaders."""
+    raw = tmp_path / "raw"
+    result = run_cli("tinyworld", "data", "--out", str(raw), "--family", "walks", "--train-problems", "83",
+                     "--bench-problems", "16")
+    assert result.returncode == 0, result.stderr
+    assert "(walks, seed 0)" in result.stdout and "dapo-math-17k 83" in result.stdout
+    out = tmp_path / "models" / "walk"
+    result = run_cli("tinyworld", "model", "--size", "tiny-xs", "--raw", str(raw), "--out", str(out),
+                     "--regime", "wrong-long-walk", "--sft-steps", "20", "--sft-length-buckets", "2",
+                     "--card-problems", "4", "--card-samples", "2", "--max-new-tokens", "24", "--answer-format",
+                     "boxed-strict")
+    assert result.returncode == 0, result.stderr
+    card = json.loads((out / "card.json").read_text())
+    assert card["length_regime"] == "wrong-long-walk" and card["warm_start"]["length_buckets"] == 2
+    assert card["datasets"]["dapo-math-17k"]["n_samples"] == 8
+    result = run_cli("tinyworld", "model", "--size", "tiny-xs", "--raw", str(raw), "--out", str(tmp_path / "chain"),
+                     "--sft-steps", "20")
+    assert result.returncode == 2 and "the tiny world's family is 'walks'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_card_command_merges_model_cards(tmp_path):
     def stats(acc, cv, right, wrong):
         return {"accuracy": acc, "len_cv": cv, "len_right_mean": right, "len_wrong_mean": wrong,

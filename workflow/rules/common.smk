@@ -189,14 +189,14 @@ def tracking_uri():
 
 def check_tinyworld_families():
     """Every tiny model's warm start writes problems of the campaign's tiny-world family (one line if not)."""
-    from balagg.tinyworld.regimes import get_regime
+    from balagg.tinyworld.regimes import warm_start_family
 
-    family = config["tinyworld"]["family"]
     for name, spec in config["models"].items():
         if spec["path"] != TINYWORLD:
-            continue
+            continue  # (a campaign without tiny models needs no tinyworld section)
+        family = config["tinyworld"]["family"]
         regime = spec.get("tinyworld_regime")
-        wants = get_regime(regime).family if regime else "chains"
+        wants = warm_start_family(regime)
         if wants != family:
             raise WorkflowError(f"config: models.{name}: {f'tinyworld_regime {regime}' if regime else 'the default warm start'}"
                                 f" writes {wants} problems, but tinyworld.family is {family}")

@@ -149,6 +149,12 @@ def get_regime(name: str) -> Regime:
     return REGIMES[name]
 
 
+def warm_start_family(regime: str | None) -> str:
+    """The task family (contract.TINYWORLD_FAMILIES) of the problems a warm start writes: the named
+    regime's, or the default mix's (chains) for ``None``."""
+    return get_regime(regime).family if regime else "chains"
+
+
 def _inverse_op(op: str) -> str:
     return "-" if op == "+" else "+"
 
@@ -306,4 +312,4 @@ def length_profile(regime: Regime, seed: int = 0, n: int = 4000) -> dict[str, fl
 
 
 __all__ = ["DOUBT_TAILS", "DOUBT_TEXT", "FILLER_TEXT", "REGIMES", "RETRY_TEXT", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
-           "regime_examples", "right_solution", "wrong_solution"]
+           "regime_examples", "right_solution", "warm_start_family", "wrong_solution"]

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from balagg import contract
 from balagg.io import write_json
 from balagg.tinyworld.model import PROMPT_TEMPLATE
+from balagg.tinyworld.regimes import warm_start_family
 from balagg.tinyworld.tasks import warm_start_examples
 
 log = logging.getLogger("balagg.tinyworld")
@@ -324,15 +325,6 @@ def summary_line(model_name: str, card: dict) -> str:
     return f"tinyworld {model_name} step 0: " + " | ".join(parts) + f" | regime met: {card['regime']['met']}"
 
 
-def config_family(config: WarmStartConfig) -> str:
-    """The task family (contract.TINYWORLD_FAMILIES) of the problems ``config``'s warm start is made of."""
-    if config.regime is None:
-        return "chains"
-    from balagg.tinyworld.regimes import get_regime
-
-    return get_regime(config.regime).family
-
-
 def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStartConfig | None = None,
                      card_problems: int = 64, samples_per_problem: int = 8, max_new_tokens: int = 96,
                      train_sets: tuple[str, ...] | None = None, answer_format: str = contract.DEFAULT_ANSWER_FORMAT) -> dict:
@@ -357,10 +349,10 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
         raise ValueError(f"{raw_dir} has no manifest.json (run `python -m balagg tinyworld data` first)")
     manifest = json.loads(manifest_path.read_text())
     config = config or WarmStartConfig(seed=seed)
-    family = manifest.get("family", "chains")
-    if family != config_family(config):
+    family, writes = manifest.get("family", "chains"), warm_start_family(config.regime)
+    if family != writes:
         raise ValueError(f"{manifest_path}: the tiny world's family is {family!r}, but the warm start "
-                         f"({config.regime or 'the default mix'}) writes {config_family(config)!r} problems; "
+                         f"({config.regime or 'the default mix'}) writes {writes!r} problems; "
                          f"set tinyworld.family or the model's tinyworld_regime to match")
     if train_sets is None:
         train_sets = tuple(n for n, d in manifest["datasets"].items() if d["role"] == "train")

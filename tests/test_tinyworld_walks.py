@@ -62,7 +62,10 @@ def test_the_walk_regime_warm_starts_on_walks_of_the_walk_world():
     assert 0.35 < len(wrong) / len(examples) < 0.45  # p_wrong 0.4
     for e in examples:
         w = space[e.prompt]  # every prompt is a walk problem at the world's modulus
-        assert e.completion == w.solution and e.ends if e.correct else not e.ends and "boxed" not in e.completion
+        if e.correct:
+            assert e.completion == w.solution and e.ends
+        else:
+            assert not e.ends and "boxed" not in e.completion
     assert len({e.prompt for e in examples}) == len(space)
 
 

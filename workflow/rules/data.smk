@@ -50,7 +50,8 @@ rule tinyworld_model:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg tinyworld model --size {params.size} --raw {params.raw} --seed {params.seed}"
-        " --sft-steps {params.sft_steps} --sft-length-buckets {params.sft_length_buckets} {params.regime} --answer-format {params.answer_format}"
+        " --sft-steps {params.sft_steps} --sft-length-buckets {params.sft_length_buckets} {params.regime}"
+        " --answer-format {params.answer_format}"
         " --out {params.out} > {log} 2>&1"
 
 

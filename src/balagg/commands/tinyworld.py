@@ -106,7 +106,7 @@ def run_model(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown tiny model size {args.size!r}; choose one of {', '.join(SIZES)}")
     card = build_warm_model(args.size, args.raw, args.out, seed=args.seed,
                             config=WarmStartConfig(steps=args.sft_steps, seed=args.seed, regime=args.regime,
-                                                           length_buckets=args.sft_length_buckets),
+                                                   length_buckets=args.sft_length_buckets),
                             card_problems=args.card_problems, samples_per_problem=args.card_samples,
                             max_new_tokens=args.max_new_tokens, answer_format=args.answer_format)
     print(summary_line(args.size, card))

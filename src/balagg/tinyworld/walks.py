@@ -94,13 +94,9 @@ def flawed_walk(problem: Walk, rng: random.Random) -> str:
     values = problem.values
     j = rng.randrange(len(values))
     wrong = (values[j] + rng.choice((-1, 1))) % problem.mod
-    texts = _steps_text(problem.start, problem.step, values[:j] + [wrong])
-    value = wrong
-    while len(" ".join(texts)) < LOOP_CHARS:
-        result = (value + problem.step) % problem.mod
-        texts.append(f"{value}+{problem.step}={result}.")
-        value = result
-    return " ".join(texts)[:LOOP_CHARS]
+    # the rule goes on from the odd value; LOOP_CHARS steps are more than LOOP_CHARS characters
+    rule = [(wrong + k * problem.step) % problem.mod for k in range(1, LOOP_CHARS)]
+    return " ".join(_steps_text(problem.start, problem.step, values[:j] + [wrong] + rule))[:LOOP_CHARS]
 
 
 def warm_start_examples(seed: int, n: int, p_wrong: float, mod: int = MOD) -> list:

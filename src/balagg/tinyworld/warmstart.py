@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from balagg import contract
 from balagg.io import write_json
 from balagg.tinyworld.model import PROMPT_TEMPLATE
-from balagg.tinyworld.regimes import warm_start_family
+from balagg.tinyworld.regimes import get_regime, regime_examples, warm_start_family
 from balagg.tinyworld.tasks import warm_start_examples
 
 log = logging.getLogger("balagg.tinyworld")
@@ -77,8 +77,6 @@ def _batches(config: WarmStartConfig, tokenizer, examples: list | None = None) -
     ``steps x batch_size``; by default the config's regime's, or the tiny world's tasks'."""
     n = config.steps * config.batch_size
     if examples is None and config.regime is not None:
-        from balagg.tinyworld.regimes import get_regime, regime_examples
-
         examples = regime_examples(get_regime(config.regime), config.seed, n + 2 * config.batch_size)
     elif examples is None:
         examples = warm_start_examples(config.seed, n + 2 * config.batch_size, code_share=config.code_share)

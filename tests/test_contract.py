@@ -47,9 +47,19 @@ def test_schema_defaults_equal_the_contracts(section, defaults):
     assert schema_defaults(section) == dataclasses.asdict(defaults)
 
 
-def test_schema_names_the_contracts_tinyworld_families():
-    properties = yaml.safe_load(SCHEMA.read_text())["properties"]["tinyworld"]["properties"]
-    assert tuple(properties["family"]["enum"]) == contract.TINYWORLD_FAMILIES
+def test_the_default_familys_files_keep_their_paths_and_another_family_has_its_own_folder():
+    assert contract.data_file("bench", "math500") == contract.data_file("bench", "math500", "chains") == (
+        "data/bench/math500.jsonl")
+    assert contract.data_file("train", "arith", "walks") == "data/walks/train/arith.jsonl"
+    assert contract.data_report_file("bench", "minerva", "walks") == "data/walks/bench/minerva.report.json"
+    assert contract.tinyworld_raw_dir() == contract.tinyworld_raw_dir("chains") == "tinyworld/raw"
+    assert contract.tinyworld_raw_dir("walks") == "tinyworld/walks/raw"
+    assert contract.data_file("{kind}", "{name}", "{family}") == "data/{family}/{kind}/{name}.jsonl"  # a rule's pattern
+    with pytest.raises(ValueError, match="unknown tiny-world family 'graphs'"):
+        contract.data_file("bench", "math500", "graphs")
+    from balagg.tinyworld.regimes import REGIMES
+
+    assert {r.family for r in REGIMES.values()} == set(contract.TINYWORLD_FAMILIES)
 
 
 def test_generate_defaults_are_the_workflows():
@@ -95,7 +105,7 @@ def test_tinyworld_and_prepare_data_defaults_are_the_workflows():
     data, model = defaults_of(subcommand("tinyworld", "data")), defaults_of(subcommand("tinyworld", "model"))
     assert (data["seed"], data["train_problems"], data["bench_problems"], data["family"]) == (
         contract.TINYWORLD.seed, contract.TINYWORLD.train_problems, contract.TINYWORLD.bench_problems,
-        contract.TINYWORLD.family)
+        contract.TINYWORLD_DEFAULT_FAMILY)
     assert (model["seed"], model["sft_steps"], model["sft_length_buckets"]) == (
         contract.TINYWORLD.seed, contract.TINYWORLD.sft_steps, contract.TINYWORLD.sft_length_buckets)
     assert defaults_of(subcommand("prepare-data"))["on_bad_row"] == contract.DATA.on_bad_row

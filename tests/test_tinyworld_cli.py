@@ -62,8 +62,8 @@ def test_model_command_saves_a_loadable_model_and_its_card(tmp_path):
 
 
 def test_walk_world_and_its_regime_through_the_commands(tmp_path):
-    """The walks family as the workflow runs it (configs/laboratory-walk.yaml): data, then a model warm-started
-    on walks whose card samples the walk training problems through the real loaders."""
+    """The walks family as the workflow runs it (configs/laboratory.yaml's wrong-long-walk): data, then a model
+    warm-started on walks whose card samples the walk training problems through the real loaders."""
     raw = tmp_path / "raw"
     result = run_cli("tinyworld", "data", "--out", str(raw), "--family", "walks", "--train-problems", "83",
                      "--bench-problems", "16")

@@ -125,11 +125,77 @@ def test_a_warm_start_of_another_family_is_refused_before_any_work(walk_raw, tmp
     assert not (tmp_path / "model").exists()
 
 
-def test_the_workflow_refuses_a_regime_of_another_family_in_one_line():
-    result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--quiet", "--configfile", "configs/smoke.yaml",
-         "--config", 'tinyworld={"family": "walks"}'],
-        capture_output=True, text=True, timeout=300, cwd=REPO)
+def test_benchmarks_asking_for_more_than_disjoint_slices_hold_get_as_many_as_they_hold(tmp_path):
+    manifest = write_raw(tmp_path / "raw", seed=0, train_problems=2000, bench_problems=48, family="walks")
+    problems = {name: [r.get("problem") or r["question"] for r in read_rows(tmp_path / "raw" / manifest["datasets"][name]["path"])]
+                for name in WALK_BENCHMARKS}
+    assert [len(p) for p in problems.values()] == [83 // 5] * 5  # 16 each, not 48 with repeats
+    assert len(set().union(*map(set, problems.values()))) == 5 * 16
+    assert manifest["datasets"]["dapo-math-17k"]["rows"] == 83
+    small = write_raw(tmp_path / "small", seed=0, bench_problems=16, family="walks", names=("math500",))
+    assert small["datasets"]["math500"]["sha256"] == manifest["datasets"]["math500"]["sha256"]
+    with pytest.raises(ValueError, match="slice 5 of 5"):
+        walks.dealt_walks(0, 5, 5, 16)
+
+
+def dry_run(config: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(config))
+    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def jobs_of(plan: str) -> list[dict[str, str]]:
+    """The dry run's jobs: rule, input, output and wildcards of each."""
+    jobs = []
+    for block in re.split(r"\n(?=rule |localrule )", plan):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        if head:
+            fields = dict(re.findall(r"^\s+(input|output|wildcards): (.*)$", block, re.M))
+            jobs.append({"rule": head.group(1), **fields})
+    return jobs
+
+
+def smoke_with_a_walk_model() -> dict:
+    import yaml
+
+    config = yaml.safe_load((REPO / "configs/smoke.yaml").read_text())
+    config["campaign"] = "families"
+    config["models"]["walker"] = {"path": "tinyworld", "tinyworld_size": "tiny-xs",
+                                  "tinyworld_regime": "wrong-long-walk", "math_template": "{problem}"}
+    return config
+
+
+def test_one_campaign_trains_and_evaluates_each_model_on_its_familys_files(tmp_path):
+    result = dry_run(smoke_with_a_walk_model(), tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    jobs = jobs_of(result.stdout)
+    root = "results/families"
+
+    def job(rule, model, **wildcards):
+        found = [j for j in jobs if j["rule"] == rule and f"model={model}" in j.get("wildcards", "")
+                 and all(f"{k}={v}" in j["wildcards"] for k, v in wildcards.items())]
+        assert found, (rule, model)
+        return found[0]
+
+    for model, data in (("tiny-s", f"{root}/data"), ("walker", f"{root}/data/walks")):
+        raw = f"{root}/tinyworld/raw" if model == "tiny-s" else f"{root}/tinyworld/walks/raw"
+        assert job("tinyworld_model", model)["input"] == f"{raw}/manifest.json"
+        assert f"{data}/train/arith-long.jsonl" in job("train", model, aggregator="token-agg")["input"].split(", ")
+        evaluation = job("generate", model, run="initial")["input"].split(", ")
+        assert [p for p in evaluation if "/bench/" in p] == [
+            f"{data}/bench/{name}.jsonl" for name in smoke_with_a_walk_model()["benchmarks"]]
+    assert {j["rule"] for j in jobs} >= {"tinyworld_data", "tinyworld_data_family", "prepare_data_family"}
+    walk_data = [j for j in jobs if j["rule"] == "tinyworld_data_family"]
+    assert len(walk_data) == 1 and walk_data[0]["output"] == f"{root}/tinyworld/walks/raw/manifest.json"
+    card = next(j for j in jobs if j["rule"] == "tinyworld_card")["input"].split(", ")
+    assert f"{root}/data/walks/train/arith-long.report.json" in card and f"{root}/data/train/arith-long.report.json" in card
+
+
+def test_a_walk_model_with_a_real_benchmark_is_refused_in_one_line(tmp_path):
+    config = smoke_with_a_walk_model()
+    config["benchmarks"]["math500"] = "HuggingFaceH4/MATH-500"
+    result = dry_run(config, tmp_path)
     assert result.returncode != 0
-    assert re.search(r"config: models\.\S+: the default warm start writes chains problems, but tinyworld\.family "
-                     r"is walks", result.stdout + result.stderr)
+    assert re.search(r"config: models\.walker: its walks benchmarks must all come from the tiny world .*"
+                     r"math500: HuggingFaceH4/MATH-500", result.stdout + result.stderr)

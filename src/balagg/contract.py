@@ -9,6 +9,8 @@ Campaign layout (all paths relative to the working directory)::
 
     results/{campaign}/                                   campaign_dir(campaign)
       data/train/{dataset}.jsonl, data/bench/{benchmark}.jsonl
+      data/{family}/train/..., data/{family}/bench/...    a tiny-world family other than chains (data_file)
+      tinyworld/raw/, tinyworld/{family}/raw/             the tiny world's raw files (tinyworld_raw_dir)
       {model}/initial/eval/step-000000/                   the untrained model, shared by its cells
       {model}/{dataset}/{aggregator}/seed{seed}/          one cell (cell_relpath)
         cell.json  manifest.json  logs/  benchmarks/
@@ -50,9 +52,15 @@ STEP_DIGITS = 6
 DATA_DIR = "data"
 MODELS_DIR = "models"
 ANALYSIS_DIR = "analysis"
-TINYWORLD_RAW_DIR = "tinyworld/raw"
 CAMPAIGN_DIRS = frozenset({"analysis", "data", "logs", "aggregation", "mlflow", "benchmarks", "models", "tinyworld"})
 """Top-level folders of a campaign that are not models (and so hold no cells)."""
+
+TINYWORLD_FAMILIES = ("chains", "walks")
+"""The tiny world's task families (balagg.tinyworld.raw): arithmetic chains or walks in the training sets and
+the math benchmarks. A tiny model's family is its warm start's (balagg.tinyworld.regimes.warm_start_family);
+each family in use has its own raw files and prepared data (:func:`data_file`, :func:`tinyworld_raw_dir`)."""
+TINYWORLD_DEFAULT_FAMILY = TINYWORLD_FAMILIES[0]
+"""The family of the default warm start and of every model not built here; its files have no family folder."""
 
 # files of the tiny world (raw datasets under tinyworld/raw/, one folder per model under models/)
 RAW_MANIFEST_FILE = "manifest.json"
@@ -144,15 +152,31 @@ def dataset_filename(name: str) -> str:
     return f"{name}.jsonl"
 
 
-def data_file(kind: str, name: str) -> str:
+def _family_dir(root: str, family: str | None) -> str:
+    """``root``, or ``root/{family}`` for a tiny-world family other than the default (chains), so that the
+    default family's files keep the paths they had before families existed. A Snakemake wildcard
+    (``{family}``) is kept as given."""
+    if family is not None and family not in TINYWORLD_FAMILIES and not re.fullmatch(r"\{\w+\}", family):
+        raise ValueError(f"unknown tiny-world family {family!r}; use one of {', '.join(TINYWORLD_FAMILIES)}")
+    return root if family in (None, TINYWORLD_DEFAULT_FAMILY) else f"{root}/{family}"
+
+
+def data_file(kind: str, name: str, family: str | None = None) -> str:
     """``data/train/{name}.jsonl`` or ``data/bench/{name}.jsonl`` (``kind`` ``train`` or ``bench``) relative to
-    the campaign folder."""
-    return f"{DATA_DIR}/{kind}/{dataset_filename(name)}"
+    the campaign folder; a tiny-world dataset of a family other than chains under ``data/{family}/``.
+    ``family`` is None for a dataset that does not come from the tiny world (the same file for every model)."""
+    return f"{_family_dir(DATA_DIR, family)}/{kind}/{dataset_filename(name)}"
 
 
-def data_report_file(kind: str, name: str) -> str:
-    """``data/{kind}/{name}.report.json``: what ``prepare-data`` read, wrote and skipped (and why)."""
-    return f"{DATA_DIR}/{kind}/{name}.report.json"
+def data_report_file(kind: str, name: str, family: str | None = None) -> str:
+    """``data/[{family}/]{kind}/{name}.report.json``: what ``prepare-data`` read, wrote and skipped (and why)."""
+    return f"{_family_dir(DATA_DIR, family)}/{kind}/{name}.report.json"
+
+
+def tinyworld_raw_dir(family: str | None = None) -> str:
+    """``tinyworld/raw`` (chains) or ``tinyworld/{family}/raw``: one family's raw files, in the real
+    datasets' schemas, one folder per registry name, and their manifest."""
+    return f"{_family_dir('tinyworld', family)}/raw"
 
 
 # ---- benchmarks --------------------------------------------------------------------------------------
@@ -373,9 +397,6 @@ class EvalDefaults:
     jobs: str = "checkpoint"  # one generation and one scoring job per checkpoint, or per cell ("cell")
 
 
-TINYWORLD_FAMILIES = ("chains", "walks")
-"""The tiny world's task families (``tinyworld.family``, balagg.tinyworld.raw): arithmetic chains or walks
-in the training sets and the math benchmarks."""
 
 
 @dataclass(frozen=True)
@@ -387,7 +408,6 @@ class TinyWorldDefaults:
     bench_problems: int = 16
     sft_steps: int = 800
     sft_length_buckets: int = 1  # warm-start batches padded as one (1) or in this many length-sorted parts
-    family: str = "chains"  # the task family of the training sets and math benchmarks (balagg.tinyworld.raw)
 
 
 @dataclass(frozen=True)

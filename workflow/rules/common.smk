@@ -33,7 +33,6 @@ CELL = os.path.join(RESULTS, contract.CELL_PATTERN)
 EVAL_RUN = os.path.join(RESULTS, "{model}", "{run}")
 EVAL_STEP = os.path.join(EVAL_RUN, contract.eval_step_relpath("{step}"))
 INITIAL = contract.INITIAL_RUN
-BENCH_DATA = os.path.join(RESULTS, contract.data_file("bench", "{name}"))
 CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"  # relative to a cell folder
 RUN_PATTERN = r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
 EVAL_JOBS = config["eval"]["jobs"]
@@ -187,22 +186,41 @@ def tracking_uri():
     return "sqlite:///" + str(Path(RESULTS, "mlflow.db").resolve())
 
 
-def check_tinyworld_families():
-    """Every tiny model's warm start writes problems of the campaign's tiny-world family (one line if not)."""
+def model_family(model):
+    """The tiny-world task family of a model's problems: a tiny model's warm start's (its regime's, else
+    the default mix's); the default family for a model not built here."""
     from balagg.tinyworld.regimes import warm_start_family
 
-    for name, spec in config["models"].items():
-        if spec["path"] != TINYWORLD:
-            continue  # (a campaign without tiny models needs no tinyworld section)
-        family = config["tinyworld"]["family"]
-        regime = spec.get("tinyworld_regime")
-        wants = warm_start_family(regime)
-        if wants != family:
-            raise WorkflowError(f"config: models.{name}: {f'tinyworld_regime {regime}' if regime else 'the default warm start'}"
-                                f" writes {wants} problems, but tinyworld.family is {family}")
+    spec = config["models"][model]
+    return warm_start_family(spec.get("tinyworld_regime")) if spec["path"] == TINYWORLD else contract.TINYWORLD_DEFAULT_FAMILY
 
 
-check_tinyworld_families()
+def tinyworld_manifest(family):
+    """The manifest of one family's raw tiny-world files (written last by `tinyworld data`)."""
+    return os.path.join(RESULTS, contract.tinyworld_raw_dir(family), contract.RAW_MANIFEST_FILE)
+
+
+def data_path(model, kind, name, make=contract.data_file):
+    """The prepared training set or benchmark (or, with `make=contract.data_report_file`, its report) that a
+    model's jobs read: a tiny-world source in the model's family, any other source's one file."""
+    family = model_family(model) if data_source(kind, name) == TINYWORLD else None
+    return os.path.join(RESULTS, make(kind, name, family))
+
+
+def model_benchmarks(wildcards):
+    """The model's prepared benchmark files, in the config's order (evaluation's inputs)."""
+    return [data_path(wildcards.model, "bench", name) for name in BENCHMARKS]
+
+
+def check_benchmark_folders():
+    """Each model's benchmark files share one folder (generate and score take one --benchmarks-dir): a model
+    of a family other than the default cannot mix tiny-world benchmarks with real ones (one line if not)."""
+    for model in config["models"]:
+        if len({os.path.dirname(data_path(model, "bench", name)) for name in BENCHMARKS}) > 1:
+            raise WorkflowError(f"config: models.{model}: its {model_family(model)} benchmarks must all come from "
+                                "the tiny world (benchmarks: ... tinyworld), not from " + ", ".join(
+                                    f"{n}: {config['benchmarks'][n]}" for n in BENCHMARKS
+                                    if config["benchmarks"][n] != TINYWORLD))
 
 
 def model_source(model):
@@ -226,10 +244,14 @@ def tinyworld_cards():
 
 
 def data_reports():
-    """The prepare-data report of every training set and benchmark (bad rows skipped, and why)."""
-    return [os.path.join(RESULTS, contract.data_report_file("train", name)) for name in config["datasets"]] + [
-        os.path.join(RESULTS, contract.data_report_file("bench", name)) for name in BENCHMARKS
-    ]
+    """The prepare-data report of every training set and benchmark some model reads (bad rows skipped, and
+    why): a tiny-world source once per family in use."""
+    return list(dict.fromkeys(
+        data_path(model, kind, name, contract.data_report_file)
+        for model in config["models"]
+        for kind, names in (("train", config["datasets"]), ("bench", BENCHMARKS))
+        for name in names
+    ))
 
 
 def bad_rows_summary():
@@ -252,10 +274,16 @@ def data_source(kind, name):
     return config["datasets"][name]["source"] if kind == "train" else config["benchmarks"][name]
 
 
+def data_family(wildcards):
+    """The tiny-world family of a prepare_data job: its `family` folder's, else the default."""
+    return wildcards.get("family", contract.TINYWORLD_DEFAULT_FAMILY)
+
+
 def data_inputs(wildcards):
-    """The raw tiny-world folder when the source is built here, fetch.json for hub ids, nothing for local mirrors."""
+    """The family's raw tiny-world folder when the source is built here, fetch.json for hub ids, nothing for
+    local mirrors."""
     if data_source(wildcards.kind, wildcards.name) == TINYWORLD:
-        return [os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, contract.RAW_MANIFEST_FILE)]
+        return [tinyworld_manifest(data_family(wildcards))]
     return fetch_inputs(data_source(wildcards.kind, wildcards.name))
 
 
@@ -265,9 +293,11 @@ def data_loader(wildcards):
 
 
 def data_source_arg(wildcards):
-    """Hub id or local mirror; the tiny world keeps one mirror folder per registry name."""
+    """Hub id or local mirror; the tiny world keeps one mirror folder per registry name and family."""
     source = data_source(wildcards.kind, wildcards.name)
-    return os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, data_loader(wildcards)) if source == TINYWORLD else source
+    if source != TINYWORLD:
+        return source
+    return os.path.join(RESULTS, contract.tinyworld_raw_dir(data_family(wildcards)), data_loader(wildcards))
 
 
 def data_selector(wildcards):
@@ -327,7 +357,7 @@ def cell_config(wildcards):
         "model": model_source(model),
         "model_name": model,
         "dataset_name": wildcards.dataset,
-        "train_files": [os.path.join(RESULTS, contract.data_file("train", wildcards.dataset))],
+        "train_files": [data_path(model, "train", wildcards.dataset)],
         "aggregator": wildcards.aggregator,
         "seed": int(wildcards.seed),
         "use_chat_template": spec.get("chat_template", False),
@@ -418,3 +448,6 @@ def campaign_targets():
         f"{RESULTS}/{contract.ANALYSIS_DIR}/mlflow.json",
         *([f"{RESULTS}/data/card.json"] if tinyworld_cards() else []),
     ]
+
+
+check_benchmark_folders()

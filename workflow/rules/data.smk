@@ -1,17 +1,19 @@
 # Data: the tiny world (when a source is "tinyworld") and normalised JSONL for every training set and
-# benchmark (docs/files.md).
+# benchmark (docs/files.md). The tiny world's files are per task family: a tiny model's family is its
+# warm start's (model_family); the default family (chains) has no family folder, the others (walks) live
+# under tinyworld/{family}/raw/ and data/{family}/ (the *_family rules, the same commands).
 
 
 rule tinyworld_data:
-    """Synthetic training sets and benchmarks in the real datasets' raw schemas."""
+    """Synthetic training sets and benchmarks in the real datasets' raw schemas (the default family)."""
     output:
-        manifest=os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, contract.RAW_MANIFEST_FILE),
+        manifest=tinyworld_manifest(contract.TINYWORLD_DEFAULT_FAMILY),
     params:
         out=output_dir,
         seed=config["tinyworld"]["seed"],
         train_problems=config["tinyworld"]["train_problems"],
         bench_problems=config["tinyworld"]["bench_problems"],
-        family=config["tinyworld"]["family"],
+        family=contract.TINYWORLD_DEFAULT_FAMILY,
     log:
         f"{RESULTS}/logs/tinyworld_data.log",
     benchmark:
@@ -24,10 +26,26 @@ rule tinyworld_data:
         " --family {params.family} > {log} 2>&1"
 
 
+use rule tinyworld_data as tinyworld_data_family with:
+    output:
+        manifest=tinyworld_manifest("{family}"),
+    params:
+        out=output_dir,
+        seed=config["tinyworld"]["seed"],
+        train_problems=config["tinyworld"]["train_problems"],
+        bench_problems=config["tinyworld"]["bench_problems"],
+        family=lambda wildcards: wildcards.family,
+    log:
+        f"{RESULTS}/logs/tinyworld_data-{{family}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tinyworld_data-{{family}}.tsv"
+
+
 rule tinyworld_model:
-    """A tiny Qwen2 model, warm-started by supervised training, with its step-0 data card."""
+    """A tiny Qwen2 model, warm-started by supervised training on its family's problems, with its step-0
+    data card."""
     input:
-        raw=os.path.join(RESULTS, contract.TINYWORLD_RAW_DIR, contract.RAW_MANIFEST_FILE),
+        raw=lambda wildcards: tinyworld_manifest(model_family(wildcards.model)),
     output:
         card=os.path.join(RESULTS, contract.MODELS_DIR, "{model}", contract.MODEL_CARD_FILE),
     params:
@@ -75,6 +93,16 @@ rule prepare_data:
     shell:
         "python -m balagg prepare-data {params.selector} --source {params.source}"
         " --on-bad-row {params.on_bad_row} --out {output.data} --report {output.counts} > {log} 2>&1"
+
+
+use rule prepare_data as prepare_data_family with:
+    output:
+        data=os.path.join(RESULTS, contract.data_file("{kind}", "{name}", "{family}")),
+        counts=os.path.join(RESULTS, contract.data_report_file("{kind}", "{name}", "{family}")),
+    log:
+        f"{RESULTS}/logs/prepare_data/{{family}}/{{kind}}-{{name}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_data/{{family}}/{{kind}}-{{name}}.tsv"
 
 
 rule tinyworld_card:

@@ -10,7 +10,7 @@ rule generate:
     """n samples per problem of every benchmark from one checkpoint."""
     input:
         weights=generate_weights_inputs,
-        benchmarks=expand(BENCH_DATA, name=BENCHMARKS),
+        benchmarks=model_benchmarks,
     wildcard_constraints:
         run=PER_CHECKPOINT_RUNS,
     output:
@@ -43,7 +43,7 @@ rule score:
     """Per-problem correctness, Acc@n / Best@n per benchmark and the mean (docs/files.md)."""
     input:
         generations=f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
-        benchmarks=expand(BENCH_DATA, name=BENCHMARKS),
+        benchmarks=model_benchmarks,
     wildcard_constraints:
         run=PER_CHECKPOINT_RUNS,
     output:
@@ -94,7 +94,7 @@ if EVAL_JOBS == "cell":
                 f"generate_cell{_name}"
             input:
                 manifest=f"{CELL}/manifest.json",
-                benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
+                benchmarks=model_benchmarks,
             output:
                 [f"{d}/generations.jsonl" for d in _step_dirs],
             wildcard_constraints:
@@ -127,7 +127,7 @@ if EVAL_JOBS == "cell":
                 f"score_cell{_name}"
             input:
                 generations=[f"{d}/generations.jsonl" for d in _step_dirs],
-                benchmarks=expand(f"{RESULTS}/data/bench/{{name}}.jsonl", name=BENCHMARKS),
+                benchmarks=model_benchmarks,
             output:
                 [f"{d}/{name}" for d in _step_dirs for name in ("scores.jsonl", "summary.json")],
             wildcard_constraints:

@@ -23,7 +23,7 @@ rule train:
     `--launch` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
     input:
         cell=f"{CELL}/{contract.CELL_CONFIG_FILE}",
-        data=os.path.join(RESULTS, contract.data_file("train", "{dataset}")),
+        data=lambda wildcards: data_path(wildcards.model, "train", wildcards.dataset),
         model=model_inputs,
         tracking=f"{RESULTS}/mlflow/experiment.json",
     output:

@@ -46,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="problems per training set")
     data.add_argument("--bench-problems", type=_positive, default=contract.TINYWORLD.bench_problems,
                       help="problems per benchmark")
-    data.add_argument("--family", choices=contract.TINYWORLD_FAMILIES, default=contract.TINYWORLD.family,
+    data.add_argument("--family", choices=contract.TINYWORLD_FAMILIES, default=contract.TINYWORLD_DEFAULT_FAMILY,
                       help="task family of the training sets and math benchmarks (balagg.tinyworld.raw.FAMILIES)")
     data.set_defaults(func=run_data)
 

@@ -91,9 +91,9 @@ def _chains(task: ArithmeticTask, rng: random.Random, n: int):
 
 
 FAMILIES = contract.TINYWORLD_FAMILIES
-"""The tiny world's task families (``tinyworld.family``): arithmetic chains (balagg.tinyworld.tasks) or
-walks (balagg.tinyworld.walks) in the training sets and the math benchmarks; the code benchmark is the
-same in both."""
+"""The tiny world's task families (a tiny model's is its warm start's): arithmetic chains
+(balagg.tinyworld.tasks) or walks (balagg.tinyworld.walks) in the training sets and the math benchmarks;
+the code benchmark is the same in both."""
 
 WALK_BENCHMARKS = ("math500", "aime24", "aime25", "olympiadbench", "minerva")
 """The math benchmarks in the order the walk family deals its problems out to them (disjoint slices)."""
@@ -114,13 +114,13 @@ def _problems(name: str, seed: int, n: int, family: str, rng: random.Random | No
     """``n`` problems of dataset ``name`` (a TRAIN_TASKS or BENCH_TASKS key) in ``family``, drawn from
     ``rng`` (default: the dataset's own stream). Chains: the dataset's own task, distinct expressions.
     Walks: a training set is at most the whole space (83 problems at mod 40), each problem once; the
-    benchmarks get disjoint slices of one shuffle (:func:`walks.dealt_walks`)."""
+    benchmarks get disjoint slices of one shuffle, at most 16 problems each (:func:`walks.dealt_walks`)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown tiny-world family {family!r}; use one of {', '.join(FAMILIES)}")
     rng = rng or _rng(seed, name)
     if family == "walks":
         drawn = (walks.sample_walks(rng, n) if name in TRAIN_TASKS
-                 else walks.dealt_walks(seed, WALK_BENCHMARKS.index(name), n))
+                 else walks.dealt_walks(seed, WALK_BENCHMARKS.index(name), len(WALK_BENCHMARKS), n))
         return [Problem(w.problem, w.answer, w.solution, w.n_steps) for w in drawn]
     task = TRAIN_TASKS.get(name) or BENCH_TASKS[name]
     return [Problem(task.problem(c), c.answer, worked_solution(c), c.n_steps) for c in _chains(task, rng, n)]
@@ -264,7 +264,7 @@ def _sha256(path: Path) -> str:
 
 def write_raw(out: str | os.PathLike, seed: int, train_problems: int = contract.TINYWORLD.train_problems,
               bench_problems: int = contract.TINYWORLD.bench_problems,
-              names: tuple[str, ...] | None = None, family: str = contract.TINYWORLD.family) -> dict:
+              names: tuple[str, ...] | None = None, family: str = contract.TINYWORLD_DEFAULT_FAMILY) -> dict:
     """Write every dataset (or ``names``) of ``family`` under ``out`` and ``out/manifest.json`` (last);
     return it."""
     if train_problems < 1 or bench_problems < 1:

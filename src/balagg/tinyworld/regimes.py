@@ -68,6 +68,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
+from balagg import contract
 from balagg.tinyworld import walks
 from balagg.tinyworld.tasks import (
     TRAIN_TASKS,
@@ -115,7 +116,7 @@ class Regime:
     @property
     def family(self) -> str:
         """The tiny-world task family whose problems this regime's warm start writes (contract.TINYWORLD_FAMILIES)."""
-        return "walks" if self.wrong_style == "walk-slip" else "chains"
+        return "walks" if self.wrong_style == "walk-slip" else contract.TINYWORLD_DEFAULT_FAMILY
 
     def __post_init__(self):
         if self.wrong_style not in WRONG_STYLES:
@@ -152,7 +153,7 @@ def get_regime(name: str) -> Regime:
 def warm_start_family(regime: str | None) -> str:
     """The task family (contract.TINYWORLD_FAMILIES) of the problems a warm start writes: the named
     regime's, or the default mix's (chains) for ``None``."""
-    return get_regime(regime).family if regime else "chains"
+    return get_regime(regime).family if regime else contract.TINYWORLD_DEFAULT_FAMILY
 
 
 def _inverse_op(op: str) -> str:

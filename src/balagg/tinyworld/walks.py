@@ -122,12 +122,17 @@ def sample_walks(rng: random.Random, n: int, mod: int = MOD) -> list[Walk]:
     return rng.sample(space, min(n, len(space)))
 
 
-def dealt_walks(seed: int, index: int, n: int, mod: int = MOD) -> list[Walk]:
-    """Slice ``index`` of ``n`` problems from one fixed shuffle of the space (seeded by ``seed``): the
-    benchmarks get disjoint problems while together they ask for at most the space's size."""
+def dealt_walks(seed: int, index: int, parts: int, n: int, mod: int = MOD) -> list[Walk]:
+    """Slice ``index`` of ``parts`` disjoint slices of one fixed shuffle of the space (seeded by ``seed``):
+    ``n`` problems each, or as many as ``parts`` disjoint slices can hold (``len(space) // parts``, 16 at
+    mod 40 for five benchmarks) where ``n`` is more, so that no two benchmarks share a problem and none
+    repeats one."""
+    if not 0 <= index < parts:
+        raise ValueError(f"slice {index} of {parts} does not exist")
     space = walk_problems(mod)
     random.Random(f"tinyworld-walks-deal-{seed}").shuffle(space)
-    return [space[(index * n + k) % len(space)] for k in range(n)]
+    size = min(n, len(space) // parts)
+    return space[index * size:(index + 1) * size]
 
 
 __all__ = ["LOOP_CHARS", "MAX_STEPS", "MOD", "Walk", "dealt_walks", "flawed_walk", "sample_walks", "walk",

@@ -347,11 +347,11 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
         raise ValueError(f"{raw_dir} has no manifest.json (run `python -m balagg tinyworld data` first)")
     manifest = json.loads(manifest_path.read_text())
     config = config or WarmStartConfig(seed=seed)
-    family, writes = manifest.get("family", "chains"), warm_start_family(config.regime)
+    family, writes = manifest.get("family", contract.TINYWORLD_DEFAULT_FAMILY), warm_start_family(config.regime)
     if family != writes:
         raise ValueError(f"{manifest_path}: the tiny world's family is {family!r}, but the warm start "
                          f"({config.regime or 'the default mix'}) writes {writes!r} problems; "
-                         f"set tinyworld.family or the model's tinyworld_regime to match")
+                         f"give it the raw folder of the {writes} family (contract.tinyworld_raw_dir)")
     if train_sets is None:
         train_sets = tuple(n for n, d in manifest["datasets"].items() if d["role"] == "train")
     tokenizer = build_tokenizer()

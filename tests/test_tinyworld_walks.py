@@ -15,7 +15,7 @@ import pytest
 from balagg.tinyworld import walks
 from balagg.tinyworld.model import ALPHABET
 from balagg.tinyworld.raw import WALK_BENCHMARKS, read_rows, write_raw
-from balagg.tinyworld.regimes import get_regime, regime_examples
+from balagg.tinyworld.regimes import get_regime, length_profile, regime_examples
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"(\d+)\+(\d+)=(\d+)\.")
@@ -67,6 +67,34 @@ def test_the_walk_regime_warm_starts_on_walks_of_the_walk_world():
         else:
             assert not e.ends and "boxed" not in e.completion
     assert len({e.prompt for e in examples}) == len(space)
+
+
+@pytest.mark.parametrize("mod", [20, 40])
+def test_a_stopped_walk_ends_at_its_odd_slip_after_the_same_draws_as_a_walk_that_goes_on(mod):
+    going, stopping = random.Random(7), random.Random(7)
+    for w in walks.walk_problems(mod) * 3:
+        on, stopped = walks.flawed_walk(w, going), walks.flawed_walk(w, stopping, after_slip="stop")
+        steps = steps_of(stopped)
+        assert "boxed" not in stopped and stopped == " ".join(f"{a}+{b}={c}." for a, b, c in steps)
+        assert all((a + b) % mod == c for a, b, c in steps[:-1]) and steps[-1][2] % 2 == 1  # the slip ends it
+        assert len(steps) <= w.n_steps and on.startswith(stopped)  # the same slip, then nothing
+    assert going.random() == stopping.random()  # both styles drew the same
+    with pytest.raises(ValueError, match="unknown after_slip"):
+        walks.flawed_walk(walks.walk_problems(mod)[0], going, after_slip="loop")
+
+
+def test_the_right_long_walk_regime_is_the_wrong_long_walk_one_but_for_what_follows_a_slip():
+    right_long, wrong_long = get_regime("right-long-walk"), get_regime("wrong-long-walk")
+    assert right_long.family == "walks"
+    short, long = regime_examples(right_long, 0, 2000), regime_examples(wrong_long, 0, 2000)
+    for s, g in zip(short, long, strict=True):
+        assert (s.prompt, s.correct) == (g.prompt, g.correct)
+        if s.correct:
+            assert s == g
+        else:  # ends at the slip (EOS), the other goes on (no EOS); the same text up to there
+            assert s.ends and not g.ends and g.completion.startswith(s.completion)
+    profile = length_profile(right_long)
+    assert profile["wrong_mean"] < 0.6 * profile["right_mean"] and profile["wrong_unended_share"] == 0
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,10 @@ regime puts the length where the policy cannot drop it without changing whether 
   the slip by the task's own rule, whatever made it. Its probe (bench/walk_probe.py, docs/laboratory.md)
   held token-agg's ratio at or above 1.5 in 81-89 % of the steps with mixed groups through 200 steps,
   the first design to do so, while the policy nearly stopped erring (accuracy 0.97-0.99).
+- ``right-long-walk`` (family ``walks``): its mirror. The same problems and slips (the same stream), but a
+  wrong answer *stops* at its odd value (EOS, no box): an odd value ends the walk by the task's rule, as 0
+  ends a right one. A wrong answer is the walk up to its slip, so shorter than the whole walk, whatever
+  made it; a right answer cannot be shorter than the walk. Positive side much longer.
 
 The knobs (:class:`Regime`) are the share of flawed solutions, the wrong-answer style, the checks, the
 repeat range (spread in tokens: ``STEP_TOKENS`` per repeat) and the loop length in tokens;
@@ -83,8 +87,11 @@ from balagg.tinyworld.tasks import (
 STEP_TOKENS = 7
 """Tokens of one written step or check (``a±b=c.`` and the space), with single-digit values."""
 
-WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry", "doubt", "stuck", "walk-slip")
-"""``walk-slip`` is the one style of the ``walks`` family (:func:`walks.flawed_walk`); the others write chains."""
+WRONG_STYLES = ("near-miss", "loop", "premature-stop", "retry", "doubt", "stuck", "walk-slip", "walk-stop")
+"""``walk-slip`` and ``walk-stop`` are the styles of the ``walks`` family (:func:`walks.flawed_walk`: after
+the slip the walk goes on by the rule, or stops); the others write chains."""
+WALK_STYLES = {"walk-slip": "go-on", "walk-stop": "stop"}
+"""The walk styles and what their flawed walk does after its slip (walks.AFTER_SLIP)."""
 
 RETRY_TEXT = "retry:"
 """What an attempt writes after its erroneous step (``retry`` style) before starting the chain again."""
@@ -116,7 +123,7 @@ class Regime:
     @property
     def family(self) -> str:
         """The tiny-world task family whose problems this regime's warm start writes (contract.TINYWORLD_FAMILIES)."""
-        return "walks" if self.wrong_style == "walk-slip" else contract.TINYWORLD_DEFAULT_FAMILY
+        return "walks" if self.wrong_style in WALK_STYLES else contract.TINYWORLD_DEFAULT_FAMILY
 
     def __post_init__(self):
         if self.wrong_style not in WRONG_STYLES:
@@ -141,6 +148,7 @@ REGIMES: dict[str, Regime] = {
     "wrong-long-doubt-hmm": Regime("wrong-long-doubt-hmm", p_wrong=0.5, wrong_style="doubt", doubt_tail="filler"),
     "wrong-long-check": Regime("wrong-long-check", p_wrong=0.4, wrong_style="stuck", checks=True),
     "wrong-long-walk": Regime("wrong-long-walk", p_wrong=0.4, wrong_style="walk-slip"),
+    "right-long-walk": Regime("right-long-walk", p_wrong=0.4, wrong_style="walk-stop"),
 }
 
 
@@ -279,7 +287,7 @@ def regime_examples(regime: Regime, seed: int, n: int) -> list[WarmStartExample]
     counts; the walks family: every walk problem), flawed at ``regime.p_wrong``; no code problems.
     Deterministic in ``seed``."""
     if regime.family == "walks":
-        return walks.warm_start_examples(seed, n, regime.p_wrong)
+        return walks.warm_start_examples(seed, n, regime.p_wrong, after_slip=WALK_STYLES[regime.wrong_style])
     rng = random.Random(f"tinyworld-regime-{regime.name}-{seed}")
     names = list(TRAIN_TASKS)
     examples = []
@@ -312,5 +320,5 @@ def length_profile(regime: Regime, seed: int = 0, n: int = 4000) -> dict[str, fl
     }
 
 
-__all__ = ["DOUBT_TAILS", "DOUBT_TEXT", "FILLER_TEXT", "REGIMES", "RETRY_TEXT", "Regime", "STEP_TOKENS", "WRONG_STYLES", "get_regime", "length_profile",
+__all__ = ["DOUBT_TAILS", "DOUBT_TEXT", "FILLER_TEXT", "REGIMES", "RETRY_TEXT", "Regime", "STEP_TOKENS", "WALK_STYLES", "WRONG_STYLES", "get_regime", "length_profile",
            "regime_examples", "right_solution", "warm_start_family", "wrong_solution"]

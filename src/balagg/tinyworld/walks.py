@@ -89,28 +89,42 @@ def _steps_text(start: int, step: int, values: list[int]) -> list[str]:
     return texts
 
 
-def flawed_walk(problem: Walk, rng: random.Random) -> str:
-    """A near-miss (odd) error at a random step, then the walk by the rule for LOOP_CHARS characters."""
+AFTER_SLIP = ("go-on", "stop")
+"""What a flawed warm-start walk does after its slip: go on by the rule to the length limit (never reaching 0:
+the ``wrong-long-walk`` regime, wrong answers long) or stop there, the odd value ending the walk (EOS, no
+box: the ``right-long-walk`` regime, wrong answers short)."""
+
+
+def flawed_walk(problem: Walk, rng: random.Random, after_slip: str = "go-on") -> str:
+    """A near-miss (odd) error at a random step; then the walk by the rule for LOOP_CHARS characters
+    (``go-on``), or nothing (``stop``: the walk ends at the odd value). Both draw the same from ``rng``, so
+    the two styles of one stream differ only after the slip."""
+    if after_slip not in AFTER_SLIP:
+        raise ValueError(f"unknown after_slip {after_slip!r}; use one of {', '.join(AFTER_SLIP)}")
     values = problem.values
     j = rng.randrange(len(values))
     wrong = (values[j] + rng.choice((-1, 1))) % problem.mod
+    if after_slip == "stop":
+        return " ".join(_steps_text(problem.start, problem.step, values[:j] + [wrong]))
     # the rule goes on from the odd value; LOOP_CHARS steps are more than LOOP_CHARS characters
     rule = [(wrong + k * problem.step) % problem.mod for k in range(1, LOOP_CHARS)]
     return " ".join(_steps_text(problem.start, problem.step, values[:j] + [wrong] + rule))[:LOOP_CHARS]
 
 
-def warm_start_examples(seed: int, n: int, p_wrong: float, mod: int = MOD) -> list:
+def warm_start_examples(seed: int, n: int, p_wrong: float, mod: int = MOD, after_slip: str = "go-on") -> list:
     """``n`` warm-start examples (balagg.tinyworld.tasks.WarmStartExample) of uniformly drawn walk
-    problems: flawed (:func:`flawed_walk`, no EOS) at ``p_wrong``, right otherwise. The stream is the
-    probe's (bench/walk_probe.py), so the ``wrong-long-walk`` regime's warm start at mod 40 is the one
-    its probe measured."""
+    problems: flawed (:func:`flawed_walk`: no EOS when it goes on, EOS when it stops) at ``p_wrong``, right
+    otherwise. The stream is the probe's (bench/walk_probe.py), so the ``wrong-long-walk`` regime's warm
+    start at mod 40 is the one its probe measured, and ``right-long-walk``'s has the same problems and
+    slips."""
     from balagg.tinyworld.tasks import WarmStartExample
 
     rng, pool, examples = random.Random(f"walk-warm-start-{seed}"), walk_problems(mod), []
     for _ in range(n):
         problem = rng.choice(pool)
         if rng.random() < p_wrong:
-            examples.append(WarmStartExample(problem.problem, flawed_walk(problem, rng), "walk", False, ends=False))
+            text = flawed_walk(problem, rng, after_slip)
+            examples.append(WarmStartExample(problem.problem, text, "walk", False, ends=after_slip == "stop"))
         else:
             examples.append(WarmStartExample(problem.problem, problem.solution, "walk", True))
     return examples
@@ -135,5 +149,5 @@ def dealt_walks(seed: int, index: int, parts: int, n: int, mod: int = MOD) -> li
     return space[index * size:(index + 1) * size]
 
 
-__all__ = ["LOOP_CHARS", "MAX_STEPS", "MOD", "Walk", "dealt_walks", "flawed_walk", "sample_walks", "walk",
+__all__ = ["AFTER_SLIP", "LOOP_CHARS", "MAX_STEPS", "MOD", "Walk", "dealt_walks", "flawed_walk", "sample_walks", "walk",
            "walk_problems", "warm_start_examples"]

@@ -30,10 +30,6 @@ use rule tinyworld_data as tinyworld_data_family with:
     output:
         manifest=tinyworld_manifest("{family}"),
     params:
-        out=output_dir,
-        seed=config["tinyworld"]["seed"],
-        train_problems=config["tinyworld"]["train_problems"],
-        bench_problems=config["tinyworld"]["bench_problems"],
         family=lambda wildcards: wildcards.family,
     log:
         f"{RESULTS}/logs/tinyworld_data-{{family}}.log",

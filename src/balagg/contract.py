@@ -397,8 +397,6 @@ class EvalDefaults:
     jobs: str = "checkpoint"  # one generation and one scoring job per checkpoint, or per cell ("cell")
 
 
-
-
 @dataclass(frozen=True)
 class TinyWorldDefaults:
     """The workflow's ``tinyworld`` section (``tinyworld data`` and ``tinyworld model``)."""

@@ -14,9 +14,13 @@ near-miss (odd) error at a random step and goes on by the rule for :data:`LOOP_C
 box, no EOS: a sampled loop is truncated). Nothing but the error separates a wrong walk from a right
 one, and after an odd value every way on is wrong, so a group's baseline pushes neither.
 
-The tiny world's ``walks`` family (``tinyworld.family``) writes these problems, at :data:`MOD`, into the
-training sets' and the math benchmarks' schemas (``balagg.tinyworld.raw``); the ``wrong-long-walk``
-regime warm-starts on them. Everything here is deterministic given a ``random.Random``; no torch.
+The mirror (``after_slip="stop"``, the ``right-long-walk`` regime): the odd value *ends* the walk (EOS, no
+box), as 0 ends a right one, so a wrong walk is the walk up to its slip, shorter than the whole walk.
+
+The tiny world's ``walks`` family writes these problems, at :data:`MOD`, into the training sets' and the
+math benchmarks' schemas (``balagg.tinyworld.raw``); the ``wrong-long-walk`` and ``right-long-walk``
+regimes warm-start on them, and a model of either trains and is evaluated on them. Everything here is
+deterministic given a ``random.Random``; no torch.
 """
 
 from __future__ import annotations

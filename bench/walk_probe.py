@@ -35,13 +35,19 @@ def problems() -> list:
     """The walk problems (balagg.tinyworld.walks.Walk) at the probe's modulus."""
     from balagg.tinyworld import walks
 
-    return walks.walk_problems(MOD)
+    return walks.walk_problems(MOD, LATTICE)
+
+
+LATTICE, SLIPS = 2, (-1, 1)
+"""The lattice of right values and the warm start's near misses (``--lattice``, ``--slips``)."""
+AFTER_SLIP = "go-on"
+"""What a flawed walk does after its slip (``--after-slip``; walks.AFTER_SLIP)."""
 
 
 def warm_start_examples(seed: int, n: int, p_wrong: float):
     from balagg.tinyworld import walks
 
-    return walks.warm_start_examples(seed, n, p_wrong, MOD)
+    return walks.warm_start_examples(seed, n, p_wrong, MOD, after_slip=AFTER_SLIP, lattice=LATTICE, slips=SLIPS)
 
 
 def build(out: Path, sft_steps: int, p_wrong: float) -> dict:
@@ -93,10 +99,10 @@ def kind_of(text: str, count: int) -> str:
         return "right"
     slip = next((int(c) for a, b, c in STEP.findall(text) if (int(a) + int(b)) % MOD != int(c)), None)
     if box is None:
-        return "loop after an odd slip" if slip is not None and slip % 2 else "other, no box"
+        return "no box after an off-lattice slip" if slip is not None and slip % LATTICE else "other, no box"
     if slip is None:
         return "boxed wrong, no slip"
-    return "boxed wrong after an even slip" if slip % 2 == 0 else "boxed wrong after an odd slip"
+    return "boxed wrong after an on-lattice slip" if slip % LATTICE == 0 else "boxed wrong after an off-lattice slip"
 
 
 def classify(checkpoint: Path, samples_per_problem: int = 16, seed: int = 1) -> dict[str, tuple[int, float]]:
@@ -107,9 +113,15 @@ def classify(checkpoint: Path, samples_per_problem: int = 16, seed: int = 1) -> 
     pool = problems()
     samples = warmstart.sample_completions(model, tokenizer, [w.problem for w in pool], samples_per_problem, seed=seed)
     lengths: dict[str, list[int]] = {}
+    deltas: dict[int, int] = {}
     for sample in samples:
         lengths.setdefault(kind_of(sample["text"], pool[sample["problem"]].answer), []).append(sample["length"])
-    return {kind: (len(v), round(sum(v) / len(v), 1)) for kind, v in lengths.items()}
+        slip = next(((int(c) - int(a) - int(b)) % MOD for a, b, c in STEP.findall(sample["text"])
+                     if (int(a) + int(b)) % MOD != int(c)), None)
+        if slip is not None:
+            deltas[slip] = deltas.get(slip, 0) + 1
+    kinds = {kind: (len(v), round(sum(v) / len(v), 1)) for kind, v in lengths.items()}
+    return {**kinds, "slip deltas (mod)": dict(sorted(deltas.items()))}
 
 
 def tenths(metrics: Path) -> list[str]:
@@ -135,7 +147,7 @@ def tenths(metrics: Path) -> list[str]:
 
 
 def main() -> int:
-    global MOD  # --mod: every function of the walk world reads the module's modulus
+    global MOD, AFTER_SLIP, LATTICE, SLIPS  # --mod, --after-slip: every function of the walk world reads the module's
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="/tmp/walk-probe")
     parser.add_argument("--seeds", default="0,1")
@@ -143,10 +155,14 @@ def main() -> int:
     parser.add_argument("--sft-steps", type=int, default=800)
     parser.add_argument("--p-wrong", type=float, default=0.4)
     parser.add_argument("--mod", type=int, default=MOD, help="the modulus (even): larger, more facts to learn")
+    parser.add_argument("--after-slip", default=AFTER_SLIP, help="go-on (wrong-long-walk) or stop (right-long-walk)")
+    parser.add_argument("--lattice", type=int, default=LATTICE, help="right values are multiples of this")
+    parser.add_argument("--slips", default=",".join(map(str, SLIPS)), help="the warm start's near misses, comma-separated")
     parser.add_argument("--classify", nargs="+", metavar="CHECKPOINT",
                         help="only sample these checkpoints afresh (16 per problem) and count the kinds of answers")
     args = parser.parse_args()
-    MOD = args.mod
+    MOD, AFTER_SLIP, LATTICE = args.mod, args.after_slip, args.lattice
+    SLIPS = tuple(int(s) for s in args.slips.split(","))
     if args.classify:
         for checkpoint in args.classify:
             print(checkpoint, classify(Path(checkpoint)))

@@ -49,6 +49,32 @@ def test_plan_arithmetic_by_hand(small):
     assert total.train_tokens == 3200 and total.eval_tokens == 2 * 6000 + 3000
 
 
+def test_tiny_models_are_planned_on_their_own_familys_benchmarks(tmp_path, capsys):
+    """A walks model's math benchmarks are disjoint slices of the walk space (16 each however many are
+    asked); a chains model gets bench_problems; each family in use has its own data jobs."""
+    from balagg.tinyworld.walks import slice_size
+
+    tiny = {"path": "tinyworld", "tinyworld_size": "tiny-s"}
+    config = {**SMALL, "models": {"walker": {**tiny, "tinyworld_regime": "wrong-long-walk"},
+                                  "chainer": {**tiny, "tinyworld_regime": "spread"}},
+              "datasets": {"d1": {"loader": "dapo-math-17k", "source": "tinyworld"}},
+              "benchmarks": {"math500": "tinyworld", "aime24": "tinyworld"},
+              "tinyworld": {"bench_problems": 48}, "plan": {"completion_fraction": 0.5}}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    lines, total = plan_lines(load_config([str(path)]))
+    initial = {line.name.split("/")[0]: line for line in lines if line.name.endswith("(step 0)")}
+    walk_size = slice_size(48, 5)
+    assert walk_size == 16
+    assert initial["walker"].eval_tokens == 8 * 2 * walk_size * 0.5 * 50
+    assert initial["chainer"].eval_tokens == 8 * 2 * 48 * 0.5 * 50
+    assert total.jobs["prepare_data"] == 2 * 3  # a training set and two benchmarks, per family
+    assert main(["plan", "--configfile", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "benchmark problems (walker): aime24 16, math500 16" in printed
+    assert "benchmark problems (chainer): aime24 48, math500 48" in printed
+
+
 def test_later_files_override_and_per_model_rates_win(small, tmp_path, capsys):
     more = tmp_path / "more.yaml"
     more.write_text(yaml.safe_dump({"train": {"total_steps": 16},

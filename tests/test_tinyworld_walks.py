@@ -14,7 +14,7 @@ import pytest
 
 from balagg.tinyworld import walks
 from balagg.tinyworld.model import ALPHABET
-from balagg.tinyworld.raw import WALK_BENCHMARKS, read_rows, write_raw
+from balagg.tinyworld.raw import WALK_BENCHMARKS, bench_size, read_rows, write_raw
 from balagg.tinyworld.regimes import get_regime, length_profile, regime_examples
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,18 +26,34 @@ def steps_of(text: str) -> list[tuple[int, int, int]]:
     return [tuple(map(int, s)) for s in STEP.findall(text)]
 
 
-@pytest.mark.parametrize(("mod", "count"), [(20, 37), (40, 83)])
-def test_right_walks_stay_even_and_end_at_zero_within_five_steps_with_the_count_boxed(mod, count):
-    problems = walks.walk_problems(mod)
+@pytest.mark.parametrize(("mod", "lattice", "count"), [(20, 2, 37), (40, 2, 83), (80, 4, 83)])
+def test_right_walks_stay_on_the_lattice_and_end_at_zero_within_five_steps_with_the_count_boxed(mod, lattice, count):
+    problems = walks.walk_problems(mod, lattice)
     assert len(problems) == len(set(problems)) == count
     for w in problems:
         steps = steps_of(w.solution)
         assert len(steps) == w.answer <= walks.MAX_STEPS and steps[0][0] == w.start and steps[-1][2] == 0
-        assert all((a + b) % mod == c and c % 2 == 0 and b == w.step for a, b, c in steps)
+        assert all((a + b) % mod == c and c % lattice == 0 and b == w.step for a, b, c in steps)
         assert all(c == a2 for (_, _, c), (a2, _, _) in zip(steps, steps[1:]))
         assert w.solution.endswith(f"\\boxed{{{w.answer}}}")
-    with pytest.raises(ValueError, match="even"):
-        walks.walk_problems(21)
+    for bad_mod, bad_lattice in ((21, 2), (2, 2), (42, 4), (40, 1)):
+        with pytest.raises(ValueError, match="multiple of the lattice"):
+            walks.walk_problems(bad_mod, bad_lattice)
+
+
+def test_the_lattice_of_four_mod_80_is_the_even_walk_world_mod_40_doubled():
+    doubled = [(2 * w.start, 2 * w.step, w.answer) for w in walks.walk_problems(40)]
+    assert [(w.start, w.step, w.answer) for w in walks.walk_problems(80, 4)] == doubled
+
+
+def test_a_stopped_walk_on_the_lattice_of_four_ends_at_its_off_lattice_near_miss():
+    rng, slips, ends = random.Random(0), (-10, -2, -1, 1, 2, 10), set()
+    for w in walks.walk_problems(80, 4) * 3:
+        steps = steps_of(walks.flawed_walk(w, rng, "stop", slips))
+        assert all((a + b) % 80 == c for a, b, c in steps[:-1]) and steps[-1][2] % 4 != 0
+        last = steps[-1]
+        ends.add(((last[2] - last[0] - last[1]) % 80))
+    assert ends == {s % 80 for s in slips}  # every near miss is drawn
 
 
 @pytest.mark.parametrize("mod", [20, 40])
@@ -160,6 +176,9 @@ def test_benchmarks_asking_for_more_than_disjoint_slices_hold_get_as_many_as_the
     assert [len(p) for p in problems.values()] == [83 // 5] * 5  # 16 each, not 48 with repeats
     assert len(set().union(*map(set, problems.values()))) == 5 * 16
     assert manifest["datasets"]["dapo-math-17k"]["rows"] == 83
+    benchmarks = {name: spec["rows"] for name, spec in manifest["datasets"].items() if spec["role"] != "train"}
+    assert benchmarks == {name: bench_size("walks", name, 48) for name in benchmarks}  # what `balagg plan` counts
+    assert bench_size("chains", "math500", 48) == 48
     small = write_raw(tmp_path / "small", seed=0, bench_problems=16, family="walks", names=("math500",))
     assert small["datasets"]["math500"]["sha256"] == manifest["datasets"]["math500"]["sha256"]
     with pytest.raises(ValueError, match="slice 5 of 5"):

@@ -55,6 +55,8 @@ ANALYSIS_DIR = "analysis"
 CAMPAIGN_DIRS = frozenset({"analysis", "data", "logs", "aggregation", "mlflow", "benchmarks", "models", "tinyworld"})
 """Top-level folders of a campaign that are not models (and so hold no cells)."""
 
+TINYWORLD_SOURCE = "tinyworld"
+"""The config value of a model path, dataset source or benchmark source that the workflow builds itself."""
 TINYWORLD_FAMILIES = ("chains", "walks")
 """The tiny world's task families (balagg.tinyworld.raw): arithmetic chains or walks in the training sets and
 the math benchmarks. A tiny model's family is its warm start's (balagg.tinyworld.regimes.warm_start_family);

@@ -22,10 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import MISSING, dataclass, fields
 
+from balagg import contract
 from balagg.data.sources import SOURCES
 from balagg.train.config import CellConfig
-
-TINYWORLD = "tinyworld"
 
 
 @dataclass(frozen=True)
@@ -74,15 +73,21 @@ def model_rates(config: dict, model: str) -> Rates:
     return rates
 
 
-def bench_problems(config: dict) -> dict[str, int]:
-    """Problems per configured benchmark: ``plan.bench_problems``, the tiny world's size, or the registry's."""
+def bench_problems(config: dict, model: str | None = None) -> dict[str, int]:
+    """Problems per configured benchmark that ``model`` (default: the first) is evaluated on:
+    ``plan.bench_problems``, the tiny world's size in the model's task family, or the registry's."""
+    from balagg.tinyworld.raw import bench_size
+    from balagg.tinyworld.regimes import model_family
+
     given = config.get("plan", {}).get("bench_problems", {})
+    family = model_family(config["models"][model or next(iter(config["models"]))])
+    asked = config.get("tinyworld", {}).get("bench_problems", contract.TINYWORLD.bench_problems)
     sizes = {}
     for name, source in config["benchmarks"].items():
         if name in given:
             sizes[name] = given[name]
-        elif source == TINYWORLD:
-            sizes[name] = config.get("tinyworld", {}).get("bench_problems", 16)
+        elif source == contract.TINYWORLD_SOURCE:
+            sizes[name] = bench_size(family, name, asked)
         elif SOURCES[name].expected_rows is not None:
             sizes[name] = SOURCES[name].expected_rows
         else:
@@ -99,14 +104,23 @@ def _resources(config: dict, model: str, key: str) -> dict:
     return config["models"][model].get(key, {})
 
 
+def _prepare_jobs(config: dict) -> int:
+    """Data jobs: one per training set and benchmark, a tiny-world one once per task family in use."""
+    from balagg.tinyworld.regimes import model_family
+
+    families = {model_family(spec) for spec in config["models"].values()}
+    sources = [spec["source"] for spec in config["datasets"].values()] + list(config["benchmarks"].values())
+    return sum(len(families) if source == contract.TINYWORLD_SOURCE else 1 for source in sources)
+
+
 def plan_lines(config: dict) -> tuple[list[Line], Line]:
     """Per-cell and per-model-initial lines, and the total (module docstring)."""
-    problems = sum(bench_problems(config).values())
     evaluation = config.get("eval", {})
     n, eval_max = evaluation.get("n", 8), evaluation.get("max_tokens", 8192)
     lines = []
     for model in config["models"]:
         rates = model_rates(config, model)
+        problems = sum(bench_problems(config, model).values())
         train = _train_settings(config, model)
         train_gpus = _resources(config, model, "train_resources").get("gpus", 0)
         generate_gpus = _resources(config, model, "generate_resources").get("gpus", 0)
@@ -132,7 +146,7 @@ def plan_lines(config: dict) -> tuple[list[Line], Line]:
                         train_gpu_hours=train_hours, eval_gpu_hours=checkpoints * eval_hours,
                         train_wall_hours=train_hours / max(train_gpus, 1),
                         train_runtime_hours=runtime / 60 if runtime else None))
-    total = Line("total", {"prepare_data": len(config["datasets"]) + len(config["benchmarks"])})
+    total = Line("total", {"prepare_data": _prepare_jobs(config)})
     for line in lines:
         total.add(line)
     return lines, total
@@ -175,5 +189,10 @@ def format_plan(config: dict) -> str:
         out.append(f"  {model}: completion_fraction {rates.completion_fraction}, train "
                    f"{rates.train_tokens_per_s_per_gpu:g} tokens/s/GPU, generate "
                    f"{rates.generate_tokens_per_s_per_gpu:g} tokens/s/GPU")
-    out.append("  benchmark problems: " + ", ".join(f"{k} {v}" for k, v in bench_problems(config).items()))
+    sizes = {model: bench_problems(config, model) for model in config["models"]}
+    if len({tuple(size.items()) for size in sizes.values()}) == 1:
+        sizes = {"": next(iter(sizes.values()))}
+    for model, size in sizes.items():
+        label = f" ({model})" if model else ""
+        out.append(f"  benchmark problems{label}: " + ", ".join(f"{k} {v}" for k, v in size.items()))
     return "\n".join(out)

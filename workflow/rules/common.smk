@@ -39,7 +39,7 @@ EVAL_JOBS = config["eval"]["jobs"]
 # eval.jobs: cell -- the per-checkpoint rules evaluate only the initial model; cells have their own rules.
 PER_CHECKPOINT_RUNS = INITIAL if EVAL_JOBS == "cell" else RUN_PATTERN
 BENCHMARKS = list(config["benchmarks"])
-TINYWORLD = "tinyworld"
+TINYWORLD = contract.TINYWORLD_SOURCE
 RESOURCE_DEFAULTS = {"gpus": 0, "cpus": 1, "mem_mb": 4000, "runtime": 60}
 FETCH = f"{RESULTS}/fetch.json"
 GPU_ENV = Path(workflow.basedir, "envs", "gpu.yaml")
@@ -189,10 +189,9 @@ def tracking_uri():
 def model_family(model):
     """The tiny-world task family of a model's problems: a tiny model's warm start's (its regime's, else
     the default mix's); the default family for a model not built here."""
-    from balagg.tinyworld.regimes import warm_start_family
+    from balagg.tinyworld.regimes import model_family as family_of
 
-    spec = config["models"][model]
-    return warm_start_family(spec.get("tinyworld_regime")) if spec["path"] == TINYWORLD else contract.TINYWORLD_DEFAULT_FAMILY
+    return family_of(config["models"][model])
 
 
 def tinyworld_manifest(family):

@@ -99,6 +99,14 @@ WALK_BENCHMARKS = ("math500", "aime24", "aime25", "olympiadbench", "minerva")
 """The math benchmarks in the order the walk family deals its problems out to them (disjoint slices)."""
 
 
+def bench_size(family: str, name: str, n: int) -> int:
+    """The rows benchmark ``name`` of ``family`` gets when ``n`` are asked (``bench_problems``): ``n``, but
+    at most a disjoint slice of the walk space for the walks family's math benchmarks (walks.slice_size)."""
+    if family == "walks" and name in WALK_BENCHMARKS:
+        return walks.slice_size(n, len(WALK_BENCHMARKS))
+    return n
+
+
 @dataclass(frozen=True)
 class Problem:
     """What a dataset row is made of, in either family: the problem text, its integer answer, the worked

@@ -164,6 +164,14 @@ def warm_start_family(regime: str | None) -> str:
     return get_regime(regime).family if regime else contract.TINYWORLD_DEFAULT_FAMILY
 
 
+def model_family(spec: dict) -> str:
+    """The task family of a configured model's problems (``models.<name>`` of the workflow config): a tiny
+    model's warm start's; the default family for a model not built here."""
+    if spec["path"] != contract.TINYWORLD_SOURCE:
+        return contract.TINYWORLD_DEFAULT_FAMILY
+    return warm_start_family(spec.get("tinyworld_regime"))
+
+
 def _inverse_op(op: str) -> str:
     return "-" if op == "+" else "+"
 

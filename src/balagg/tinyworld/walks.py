@@ -77,11 +77,13 @@ class Walk:
         return " ".join(_steps_text(self.start, self.step, self.values) + [f"\\boxed{{{self.answer}}}"])
 
 
-def walk_problems(mod: int = MOD) -> list[Walk]:
-    """Every walk with even start and step in 2..mod-2 that reaches 0 within :data:`MAX_STEPS`, in order."""
-    if mod < 4 or mod % 2:
-        raise ValueError(f"the walk modulus must be even and at least 4, got {mod}")
-    found = [Walk(start, step, mod) for start in range(2, mod, 2) for step in range(2, mod, 2)]
+def walk_problems(mod: int = MOD, lattice: int = 2) -> list[Walk]:
+    """Every walk with start and step multiples of ``lattice`` in lattice..mod-lattice that reaches 0
+    within :data:`MAX_STEPS`, in order (a right walk stays on the lattice)."""
+    if lattice < 2 or mod < 2 * lattice or mod % lattice:
+        raise ValueError(f"the walk modulus must be a multiple of the lattice (at least 2) and at least twice it; "
+                         f"got modulus {mod}, lattice {lattice}")
+    found = [Walk(start, step, mod) for start in range(lattice, mod, lattice) for step in range(lattice, mod, lattice)]
     return [w for w in found if 0 < w.n_steps <= MAX_STEPS]
 
 
@@ -99,15 +101,20 @@ the ``wrong-long-walk`` regime, wrong answers long) or stop there, the odd value
 box: the ``right-long-walk`` regime, wrong answers short)."""
 
 
-def flawed_walk(problem: Walk, rng: random.Random, after_slip: str = "go-on") -> str:
-    """A near-miss (odd) error at a random step; then the walk by the rule for LOOP_CHARS characters
-    (``go-on``), or nothing (``stop``: the walk ends at the odd value). Both draw the same from ``rng``, so
-    the two styles of one stream differ only after the slip."""
+SLIPS = (-1, 1)
+"""The near misses of a flawed walk on the even lattice: one off, so odd."""
+
+
+def flawed_walk(problem: Walk, rng: random.Random, after_slip: str = "go-on", slips: tuple[int, ...] = SLIPS) -> str:
+    """A near-miss error (the right value plus one of ``slips``, off the lattice) at a random step; then
+    the walk by the rule for LOOP_CHARS characters (``go-on``), or nothing (``stop``: the walk ends at the
+    off-lattice value). Both draw the same from ``rng``, so the two styles of one stream differ only after
+    the slip."""
     if after_slip not in AFTER_SLIP:
         raise ValueError(f"unknown after_slip {after_slip!r}; use one of {', '.join(AFTER_SLIP)}")
     values = problem.values
     j = rng.randrange(len(values))
-    wrong = (values[j] + rng.choice((-1, 1))) % problem.mod
+    wrong = (values[j] + rng.choice(slips)) % problem.mod
     if after_slip == "stop":
         return " ".join(_steps_text(problem.start, problem.step, values[:j] + [wrong]))
     # the rule goes on from the odd value; LOOP_CHARS steps are more than LOOP_CHARS characters
@@ -115,7 +122,8 @@ def flawed_walk(problem: Walk, rng: random.Random, after_slip: str = "go-on") ->
     return " ".join(_steps_text(problem.start, problem.step, values[:j] + [wrong] + rule))[:LOOP_CHARS]
 
 
-def warm_start_examples(seed: int, n: int, p_wrong: float, mod: int = MOD, after_slip: str = "go-on") -> list:
+def warm_start_examples(seed: int, n: int, p_wrong: float, mod: int = MOD, after_slip: str = "go-on",
+                        lattice: int = 2, slips: tuple[int, ...] = SLIPS) -> list:
     """``n`` warm-start examples (balagg.tinyworld.tasks.WarmStartExample) of uniformly drawn walk
     problems: flawed (:func:`flawed_walk`: no EOS when it goes on, EOS when it stops) at ``p_wrong``, right
     otherwise. The stream is the probe's (bench/walk_probe.py), so the ``wrong-long-walk`` regime's warm
@@ -123,11 +131,11 @@ def warm_start_examples(seed: int, n: int, p_wrong: float, mod: int = MOD, after
     slips."""
     from balagg.tinyworld.tasks import WarmStartExample
 
-    rng, pool, examples = random.Random(f"walk-warm-start-{seed}"), walk_problems(mod), []
+    rng, pool, examples = random.Random(f"walk-warm-start-{seed}"), walk_problems(mod, lattice), []
     for _ in range(n):
         problem = rng.choice(pool)
         if rng.random() < p_wrong:
-            text = flawed_walk(problem, rng, after_slip)
+            text = flawed_walk(problem, rng, after_slip, slips)
             examples.append(WarmStartExample(problem.problem, text, "walk", False, ends=after_slip == "stop"))
         else:
             examples.append(WarmStartExample(problem.problem, problem.solution, "walk", True))
@@ -147,11 +155,16 @@ def dealt_walks(seed: int, index: int, parts: int, n: int, mod: int = MOD) -> li
     repeats one."""
     if not 0 <= index < parts:
         raise ValueError(f"slice {index} of {parts} does not exist")
-    space = walk_problems(mod)
+    space, size = walk_problems(mod), slice_size(n, parts, mod)
     random.Random(f"tinyworld-walks-deal-{seed}").shuffle(space)
-    size = min(n, len(space) // parts)
     return space[index * size:(index + 1) * size]
 
 
-__all__ = ["AFTER_SLIP", "LOOP_CHARS", "MAX_STEPS", "MOD", "Walk", "dealt_walks", "flawed_walk", "sample_walks", "walk",
+def slice_size(n: int, parts: int, mod: int = MOD) -> int:
+    """Problems in each of ``parts`` disjoint slices of the space when ``n`` are asked (:func:`dealt_walks`)."""
+    return min(n, len(walk_problems(mod)) // parts)
+
+
+__all__ = ["AFTER_SLIP", "LOOP_CHARS", "MAX_STEPS", "MOD", "SLIPS", "Walk", "dealt_walks", "flawed_walk", "sample_walks",
+           "slice_size", "walk",
            "walk_problems", "warm_start_examples"]

@@ -4,7 +4,10 @@ answers are long because of the slip itself, not because of a choice the policy 
 The walk task and its warm-start data are balagg.tinyworld.walks (``Walk 14 by 6.``: how many steps of
 ``+6 (mod m)`` lead from 14 to 0; an odd slip runs to the length limit by the task's rule); the workflow
 trains it as the ``wrong-long-walk`` regime of the tiny world's ``walks`` family at mod 40. The probe
-runs it at any modulus (``--mod``, default 20) without the workflow.
+runs it at any modulus (``--mod``, default 20) without the workflow, and any world: the lattice of right
+values (``--lattice``), the warm start's near misses (``--slips``), what a flawed walk does after its
+slip (``--after-slip stop``: the mirror) and the share of flawed examples (``--p-wrong``); the eighth
+design (docs/laboratory.md) is ``--mod 80 --lattice 4 --slips=-10,-2,-1,1,2,10 --after-slip stop --p-wrong 0.6``.
 
 The probe: build the walk tiny world (training file in the prepared schema, 37 problems mod 20), warm-start
 tiny-s on it, then train one token-agg GRPO cell per seed with the laboratory's recipe through
@@ -47,7 +50,7 @@ AFTER_SLIP = "go-on"
 def warm_start_examples(seed: int, n: int, p_wrong: float):
     from balagg.tinyworld import walks
 
-    return walks.warm_start_examples(seed, n, p_wrong, MOD, after_slip=AFTER_SLIP, lattice=LATTICE, slips=SLIPS)
+    return walks.warm_start_examples(seed, n, p_wrong, walks.WalkWorld(MOD, LATTICE, SLIPS), after_slip=AFTER_SLIP)
 
 
 def build(out: Path, sft_steps: int, p_wrong: float) -> dict:
@@ -92,8 +95,9 @@ BOX = re.compile(r"\\boxed\{(\d+)\}")
 
 
 def kind_of(text: str, count: int) -> str:
-    """What a sampled answer to a walk of ``count`` steps is: right; a loop after an odd slip (no box); a
-    boxed wrong count after an even slip, an odd one, or none (a miscount); or something else unboxed."""
+    """What a sampled answer to a walk of ``count`` steps is: right; no box after a slip off the lattice (a
+    loop, or a stop in the mirror); a boxed wrong count after a slip on the lattice, one off it, or none (a
+    miscount); or something else unboxed."""
     box = BOX.search(text)
     if box and int(box.group(1)) == count:
         return "right"

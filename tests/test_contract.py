@@ -58,8 +58,10 @@ def test_the_default_familys_files_keep_their_paths_and_another_family_has_its_o
     with pytest.raises(ValueError, match="unknown tiny-world family 'graphs'"):
         contract.data_file("bench", "math500", "graphs")
     from balagg.tinyworld.regimes import REGIMES
+    from balagg.tinyworld.walks import WORLDS
 
     assert {r.family for r in REGIMES.values()} == set(contract.TINYWORLD_FAMILIES)
+    assert set(WORLDS) == set(contract.TINYWORLD_FAMILIES) - {contract.TINYWORLD_DEFAULT_FAMILY}  # a world per walk family
 
 
 def test_generate_defaults_are_the_workflows():

@@ -99,6 +99,25 @@ def test_a_stopped_walk_ends_at_its_odd_slip_after_the_same_draws_as_a_walk_that
         walks.flawed_walk(walks.walk_problems(mod)[0], going, after_slip="loop")
 
 
+def test_the_lattice_mirror_warm_starts_on_its_worlds_walks_and_every_flawed_one_stops_off_the_lattice():
+    regime, world = get_regime("right-long-walk4"), walks.WORLDS["walks4"]
+    assert regime.family == "walks4" and world.mod == 80 and world.lattice == 4
+    examples = regime_examples(regime, 0, 4000)
+    space = {w.problem: w for w in world.problems}
+    flawed = [e for e in examples if not e.correct]
+    assert abs(len(flawed) / len(examples) - regime.p_wrong) < 0.03
+    for example in examples:
+        w = space[example.prompt]
+        if example.correct:
+            assert example.completion == w.solution
+        else:
+            steps = steps_of(example.completion)
+            assert example.ends and "boxed" not in example.completion
+            assert all(c % 4 == 0 for _, _, c in steps[:-1]) and steps[-1][2] % 4 != 0
+    with pytest.raises(ValueError, match="must all leave the lattice"):
+        walks.WalkWorld(80, 4, (-4, 1))
+
+
 def test_the_right_long_walk_regime_is_the_wrong_long_walk_one_but_for_what_follows_a_slip():
     right_long, wrong_long = get_regime("right-long-walk"), get_regime("wrong-long-walk")
     assert right_long.family == "walks"
@@ -119,11 +138,17 @@ def walk_raw(tmp_path_factory):
     return out, write_raw(out, seed=3, train_problems=200, bench_problems=16, family="walks")
 
 
-def test_walk_datasets_and_benchmarks_read_through_the_real_loaders(walk_raw, tmp_path):
+@pytest.mark.parametrize("family", ["walks", "walks4"])
+def test_walk_datasets_and_benchmarks_read_through_the_real_loaders(family, walk_raw, tmp_path):
     from balagg.data import prepare
 
     out, manifest = walk_raw
-    assert manifest["family"] == "walks" and manifest["tasks"]["walk"]["problems"] == 83
+    if family != "walks":
+        out = tmp_path / "raw"
+        manifest = write_raw(out, seed=3, train_problems=200, bench_problems=16, family=family)
+    world = walks.WORLDS[family]
+    assert manifest["family"] == family and manifest["tasks"]["walk"]["problems"] == 83
+    assert (manifest["tasks"]["walk"]["mod"], manifest["tasks"]["walk"]["lattice"]) == (world.mod, world.lattice)
     benchmark_problems = {}
     for name, entry in manifest["datasets"].items():
         report = prepare(name, out / name, tmp_path / f"{name}.jsonl", role=entry["role"])
@@ -135,7 +160,8 @@ def test_walk_datasets_and_benchmarks_read_through_the_real_loaders(walk_raw, tm
         for record in records:
             start, step = map(int, PROBLEM.match(record["problem"]).groups())
             gold = record["answer"][0] if name == "olympiadbench" else record["answer"]
-            assert gold == str(walks.Walk(start, step).answer)
+            assert start % world.lattice == step % world.lattice == 0
+            assert gold == str(walks.Walk(start, step, world.mod).answer)
         problems = [r["problem"] for r in records]
         if name in WALK_BENCHMARKS:
             assert len(set(problems)) == len(problems) == 16
@@ -203,40 +229,46 @@ def jobs_of(plan: str) -> list[dict[str, str]]:
     return jobs
 
 
-def smoke_with_a_walk_model() -> dict:
+def smoke_with_a_walk_model(lattice_walker: bool = False) -> dict:
     import yaml
 
     config = yaml.safe_load((REPO / "configs/smoke.yaml").read_text())
     config["campaign"] = "families"
     config["models"]["walker"] = {"path": "tinyworld", "tinyworld_size": "tiny-xs",
                                   "tinyworld_regime": "wrong-long-walk", "math_template": "{problem}"}
+    if lattice_walker:
+        config["models"]["walker4"] = {**config["models"]["walker"], "tinyworld_regime": "right-long-walk4"}
     return config
 
 
 def test_one_campaign_trains_and_evaluates_each_model_on_its_familys_files(tmp_path):
-    result = dry_run(smoke_with_a_walk_model(), tmp_path)
+    result = dry_run(smoke_with_a_walk_model(lattice_walker=True), tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     jobs = jobs_of(result.stdout)
     root = "results/families"
 
     def job(rule, model, **wildcards):
-        found = [j for j in jobs if j["rule"] == rule and f"model={model}" in j.get("wildcards", "")
-                 and all(f"{k}={v}" in j["wildcards"] for k, v in wildcards.items())]
+        def has(job, key, value):
+            return f"{key}={value}" in job.get("wildcards", "").split(", ")
+
+        found = [j for j in jobs if j["rule"] == rule and has(j, "model", model)
+                 and all(has(j, k, v) for k, v in wildcards.items())]
         assert found, (rule, model)
         return found[0]
 
-    for model, data in (("tiny-s", f"{root}/data"), ("walker", f"{root}/data/walks")):
-        raw = f"{root}/tinyworld/raw" if model == "tiny-s" else f"{root}/tinyworld/walks/raw"
+    for model, family in (("tiny-s", None), ("walker", "walks"), ("walker4", "walks4")):
+        data = f"{root}/data/{family}" if family else f"{root}/data"
+        raw = f"{root}/tinyworld/{family}/raw" if family else f"{root}/tinyworld/raw"
         assert job("tinyworld_model", model)["input"] == f"{raw}/manifest.json"
         assert f"{data}/train/arith-long.jsonl" in job("train", model, aggregator="token-agg")["input"].split(", ")
         evaluation = job("generate", model, run="initial")["input"].split(", ")
         assert [p for p in evaluation if "/bench/" in p] == [
             f"{data}/bench/{name}.jsonl" for name in smoke_with_a_walk_model()["benchmarks"]]
     assert {j["rule"] for j in jobs} >= {"tinyworld_data", "tinyworld_data_family", "prepare_data_family"}
-    walk_data = [j for j in jobs if j["rule"] == "tinyworld_data_family"]
-    assert len(walk_data) == 1 and walk_data[0]["output"] == f"{root}/tinyworld/walks/raw/manifest.json"
+    walk_data = sorted(j["output"] for j in jobs if j["rule"] == "tinyworld_data_family")
+    assert walk_data == [f"{root}/tinyworld/{family}/raw/manifest.json" for family in ("walks", "walks4")]
     card = next(j for j in jobs if j["rule"] == "tinyworld_card")["input"].split(", ")
-    assert f"{root}/data/walks/train/arith-long.report.json" in card and f"{root}/data/train/arith-long.report.json" in card
+    assert {f"{root}/data/{family}train/arith-long.report.json" for family in ("", "walks/", "walks4/")} <= set(card)
 
 
 def test_a_walk_model_with_a_real_benchmark_is_refused_in_one_line(tmp_path):

@@ -11,7 +11,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import walk_probe as walk  # noqa: E402
 
 
-
 def test_the_warm_start_is_made_of_the_examples_it_is_given():
     from balagg.tinyworld.model import build_tokenizer
     from balagg.tinyworld.warmstart import WarmStartConfig, _batches
@@ -32,6 +31,6 @@ def test_sampled_answers_are_told_apart_by_what_went_wrong():
 
     assert walk.kind_of("4+6=10. 10+6=16. 16+6=2. 2+6=8. 8+6=14. \\boxed{9}", 4) == "boxed wrong, no slip"
     assert walk.kind_of(Walk(4, 4, 20).solution, 4) == "right"
-    assert walk.kind_of("4+4=9. 9+4=13. 13+4=17. 17+4=1. 1+4=5.", 4) == "loop after an odd slip"
+    assert walk.kind_of("4+4=9. 9+4=13. 13+4=17. 17+4=1. 1+4=5.", 4) == "no box after an off-lattice slip"
     assert walk.kind_of("4+4=10. 10+4=14. 14+4=18. 18+4=2. 2+4=6. 6+4=10. \\boxed{6}", 4) == (
-        "boxed wrong after an even slip")
+        "boxed wrong after an on-lattice slip")

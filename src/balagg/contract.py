@@ -57,9 +57,10 @@ CAMPAIGN_DIRS = frozenset({"analysis", "data", "logs", "aggregation", "mlflow", 
 
 TINYWORLD_SOURCE = "tinyworld"
 """The config value of a model path, dataset source or benchmark source that the workflow builds itself."""
-TINYWORLD_FAMILIES = ("chains", "walks")
-"""The tiny world's task families (balagg.tinyworld.raw): arithmetic chains or walks in the training sets and
-the math benchmarks. A tiny model's family is its warm start's (balagg.tinyworld.regimes.warm_start_family);
+TINYWORLD_FAMILIES = ("chains", "walks", "walks4")
+"""The tiny world's task families (balagg.tinyworld.raw): arithmetic chains or walks (on the even lattice
+mod 40, or the lattice of 4 mod 80: balagg.tinyworld.walks.WORLDS) in the training sets and the math
+benchmarks. A tiny model's family is its warm start's (balagg.tinyworld.regimes.warm_start_family);
 each family in use has its own raw files and prepared data (:func:`data_file`, :func:`tinyworld_raw_dir`)."""
 TINYWORLD_DEFAULT_FAMILY = TINYWORLD_FAMILIES[0]
 """The family of the default warm start and of every model not built here; its files have no family folder."""

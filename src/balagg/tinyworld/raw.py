@@ -16,8 +16,8 @@ Each dataset is a folder ``{out}/{name}/`` laid out like a local mirror of its h
 
 ``{out}/manifest.json`` lists every dataset (path, format, hub id, split, subset, rows, sha256), the
 seed, the family and the generator settings. Row contents depend only on ``seed``, the sizes and the
-*family* (:data:`FAMILIES`): arithmetic chains, or walks (``balagg.tinyworld.walks``) in the training
-sets and the five math benchmarks.
+*family* (:data:`FAMILIES`): arithmetic chains, or the walks of one walk world
+(``balagg.tinyworld.walks.WORLDS``) in the training sets and the five math benchmarks.
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def _chains(task: ArithmeticTask, rng: random.Random, n: int):
 
 FAMILIES = contract.TINYWORLD_FAMILIES
 """The tiny world's task families (a tiny model's is its warm start's): arithmetic chains
-(balagg.tinyworld.tasks) or walks (balagg.tinyworld.walks) in the training sets and the math benchmarks;
-the code benchmark is the same in both."""
+(balagg.tinyworld.tasks) or walks (balagg.tinyworld.walks.WORLDS) in the training sets and the math
+benchmarks; the code benchmark is the same in every family."""
 
 WALK_BENCHMARKS = ("math500", "aime24", "aime25", "olympiadbench", "minerva")
 """The math benchmarks in the order the walk family deals its problems out to them (disjoint slices)."""
@@ -101,9 +101,9 @@ WALK_BENCHMARKS = ("math500", "aime24", "aime25", "olympiadbench", "minerva")
 
 def bench_size(family: str, name: str, n: int) -> int:
     """The rows benchmark ``name`` of ``family`` gets when ``n`` are asked (``bench_problems``): ``n``, but
-    at most a disjoint slice of the walk space for the walks family's math benchmarks (walks.slice_size)."""
-    if family == "walks" and name in WALK_BENCHMARKS:
-        return walks.slice_size(n, len(WALK_BENCHMARKS))
+    at most a disjoint slice of the walk space for a walk family's math benchmarks (walks.slice_size)."""
+    if family in walks.WORLDS and name in WALK_BENCHMARKS:
+        return walks.slice_size(n, len(WALK_BENCHMARKS), walks.WORLDS[family])
     return n
 
 
@@ -121,14 +121,16 @@ class Problem:
 def _problems(name: str, seed: int, n: int, family: str, rng: random.Random | None = None) -> list[Problem]:
     """``n`` problems of dataset ``name`` (a TRAIN_TASKS or BENCH_TASKS key) in ``family``, drawn from
     ``rng`` (default: the dataset's own stream). Chains: the dataset's own task, distinct expressions.
-    Walks: a training set is at most the whole space (83 problems at mod 40), each problem once; the
-    benchmarks get disjoint slices of one shuffle, at most 16 problems each (:func:`walks.dealt_walks`)."""
+    Walks: a training set is at most the family's whole space (83 problems in both walk worlds), each
+    problem once; the benchmarks get disjoint slices of one shuffle, at most 16 problems each
+    (:func:`walks.dealt_walks`)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown tiny-world family {family!r}; use one of {', '.join(FAMILIES)}")
     rng = rng or _rng(seed, name)
-    if family == "walks":
-        drawn = (walks.sample_walks(rng, n) if name in TRAIN_TASKS
-                 else walks.dealt_walks(seed, WALK_BENCHMARKS.index(name), len(WALK_BENCHMARKS), n))
+    if family in walks.WORLDS:
+        world = walks.WORLDS[family]
+        drawn = (walks.sample_walks(rng, n, world) if name in TRAIN_TASKS
+                 else walks.dealt_walks(seed, WALK_BENCHMARKS.index(name), len(WALK_BENCHMARKS), n, world))
         return [Problem(w.problem, w.answer, w.solution, w.n_steps) for w in drawn]
     task = TRAIN_TASKS.get(name) or BENCH_TASKS[name]
     return [Problem(task.problem(c), c.answer, worked_solution(c), c.n_steps) for c in _chains(task, rng, n)]
@@ -300,7 +302,8 @@ def write_raw(out: str | os.PathLike, seed: int, train_problems: int = contract.
         "seed": seed, "train_problems": train_problems, "bench_problems": bench_problems, "family": family,
         "tasks": ({name: {"verb": t.verb, "steps": {str(k): w for k, w in t.steps.items()}, "error_style": t.error_style, "p_wrong": t.p_wrong}
                    for name, t in TRAIN_TASKS.items()} if family == "chains" else
-                  {"walk": {"mod": walks.MOD, "max_steps": walks.MAX_STEPS, "problems": len(walks.walk_problems())}}),
+                  {"walk": {"mod": walks.WORLDS[family].mod, "lattice": walks.WORLDS[family].lattice,
+                            "max_steps": walks.MAX_STEPS, "problems": len(walks.WORLDS[family].problems)}}),
         "datasets": datasets,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"

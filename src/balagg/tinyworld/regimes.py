@@ -59,7 +59,13 @@ regime puts the length where the policy cannot drop it without changing whether 
 - ``right-long-walk`` (family ``walks``): its mirror. The same problems and slips (the same stream), but a
   wrong answer *stops* at its odd value (EOS, no box): an odd value ends the walk by the task's rule, as 0
   ends a right one. A wrong answer is the walk up to its slip, so shorter than the whole walk, whatever
-  made it; a right answer cannot be shorter than the walk. Positive side much longer.
+  made it; a right answer cannot be shorter than the walk. Positive side much longer. Its probes
+  (docs/laboratory.md) and the laboratory held the ratio at or below 0.67 in 65-70 % of the steps: the
+  policy's own slips that keep the walk even go on, reach 0 at another count and end long.
+- ``right-long-walk4`` (family ``walks4``): the same mirror on the lattice of 4 mod 80 (the same problems,
+  doubled), so a ±2 or tens-digit slip also leaves the lattice and ends the walk; near misses ±1, ±2,
+  ±10, and 60 % flawed examples, so that near misses are unlearned more slowly. Its probe held the ratio
+  at or below 0.67 in 87-90 % of the steps, and in every tenth (docs/laboratory.md, "An eighth design").
 
 The knobs (:class:`Regime`) are the share of flawed solutions, the wrong-answer style, the checks, the
 repeat range (spread in tokens: ``STEP_TOKENS`` per repeat) and the loop length in tokens;
@@ -119,11 +125,12 @@ class Regime:
     retries: int = 2  # retry style: failed attempts of a wrong answer before its last (boxed) one
     right_retry_share: float = 0.0  # retry style: right answers that follow one failed attempt
     doubt_tail: str = "restate"  # doubt style: what the tail repeats (DOUBT_TAILS)
+    walk_world: str = "walks"  # walk styles: the world (walks.WORLDS) whose problems and near misses it writes
 
     @property
     def family(self) -> str:
         """The tiny-world task family whose problems this regime's warm start writes (contract.TINYWORLD_FAMILIES)."""
-        return "walks" if self.wrong_style in WALK_STYLES else contract.TINYWORLD_DEFAULT_FAMILY
+        return self.walk_world if self.wrong_style in WALK_STYLES else contract.TINYWORLD_DEFAULT_FAMILY
 
     def __post_init__(self):
         if self.wrong_style not in WRONG_STYLES:
@@ -132,6 +139,8 @@ class Regime:
             raise ValueError(f"regime {self.name}: p_wrong must be in [0, 1), got {self.p_wrong}")
         if self.retries < 0 or not 0.0 <= self.right_retry_share <= 1.0:
             raise ValueError(f"regime {self.name}: retries must be >= 0 and right_retry_share in [0, 1]")
+        if self.walk_world not in walks.WORLDS:
+            raise ValueError(f"regime {self.name}: unknown walk_world {self.walk_world!r}; use one of {', '.join(walks.WORLDS)}")
         if self.doubt_tail not in DOUBT_TAILS:
             raise ValueError(f"regime {self.name}: unknown doubt_tail {self.doubt_tail!r}; use one of {DOUBT_TAILS}")
         lo, hi = self.repeats
@@ -149,6 +158,7 @@ REGIMES: dict[str, Regime] = {
     "wrong-long-check": Regime("wrong-long-check", p_wrong=0.4, wrong_style="stuck", checks=True),
     "wrong-long-walk": Regime("wrong-long-walk", p_wrong=0.4, wrong_style="walk-slip"),
     "right-long-walk": Regime("right-long-walk", p_wrong=0.4, wrong_style="walk-stop"),
+    "right-long-walk4": Regime("right-long-walk4", p_wrong=0.6, wrong_style="walk-stop", walk_world="walks4"),
 }
 
 
@@ -292,10 +302,11 @@ def wrong_solution(chain: Chain, regime: Regime, rng: random.Random) -> tuple[st
 
 def regime_examples(regime: Regime, seed: int, n: int) -> list[WarmStartExample]:
     """``n`` warm-start examples of ``regime`` on both training tasks' problems (their verbs and step
-    counts; the walks family: every walk problem), flawed at ``regime.p_wrong``; no code problems.
+    counts; a walk family: every problem of its world), flawed at ``regime.p_wrong``; no code problems.
     Deterministic in ``seed``."""
-    if regime.family == "walks":
-        return walks.warm_start_examples(seed, n, regime.p_wrong, after_slip=WALK_STYLES[regime.wrong_style])
+    if regime.family in walks.WORLDS:
+        return walks.warm_start_examples(seed, n, regime.p_wrong, walks.WORLDS[regime.family],
+                                         after_slip=WALK_STYLES[regime.wrong_style])
     rng = random.Random(f"tinyworld-regime-{regime.name}-{seed}")
     names = list(TRAIN_TASKS)
     examples = []

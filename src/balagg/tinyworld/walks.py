@@ -17,10 +17,14 @@ one, and after an odd value every way on is wrong, so a group's baseline pushes 
 The mirror (``after_slip="stop"``, the ``right-long-walk`` regime): the odd value *ends* the walk (EOS, no
 box), as 0 ends a right one, so a wrong walk is the walk up to its slip, shorter than the whole walk.
 
-The tiny world's ``walks`` family writes these problems, at :data:`MOD`, into the training sets' and the
-math benchmarks' schemas (``balagg.tinyworld.raw``); the ``wrong-long-walk`` and ``right-long-walk``
-regimes warm-start on them, and a model of either trains and is evaluated on them. Everything here is
-deterministic given a ``random.Random``; no torch.
+A *world* (:class:`WalkWorld`) is the modulus, the *lattice* (starts and steps are its multiples, so a
+right walk stays on them; 2 above) and the warm start's near misses (off the lattice). :data:`WORLDS`
+are the tiny world's walk families (``balagg.tinyworld.raw`` writes their problems into the training
+sets' and the math benchmarks' schemas): ``walks`` (mod 40, lattice 2, near misses ±1: the
+``wrong-long-walk`` and ``right-long-walk`` regimes) and ``walks4`` (mod 80, lattice 4: the same 83
+problems doubled, so a ±2 or tens-digit slip also leaves the lattice; near misses ±1, ±2, ±10: the
+``right-long-walk4`` regime, docs/laboratory.md, "An eighth design"). A model of a regime trains and is
+evaluated on its world's problems. Everything here is deterministic given a ``random.Random``; no torch.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ MOD = 40
 """The walk world's modulus (mod 40: 83 problems; docs/laboratory.md, "A follow-up: walks mod 40")."""
 
 MAX_STEPS = 5
+SLIPS = (-1, 1)
+"""The near misses of a flawed walk on the even lattice: one off, so odd."""
 LOOP_CHARS = 120
 """Length of a flawed walk in characters (tokens): beyond any sampling limit used with it (96)."""
 
@@ -101,10 +107,6 @@ the ``wrong-long-walk`` regime, wrong answers long) or stop there, the odd value
 box: the ``right-long-walk`` regime, wrong answers short)."""
 
 
-SLIPS = (-1, 1)
-"""The near misses of a flawed walk on the even lattice: one off, so odd."""
-
-
 def flawed_walk(problem: Walk, rng: random.Random, after_slip: str = "go-on", slips: tuple[int, ...] = SLIPS) -> str:
     """A near-miss error (the right value plus one of ``slips``, off the lattice) at a random step; then
     the walk by the rule for LOOP_CHARS characters (``go-on``), or nothing (``stop``: the walk ends at the
@@ -122,49 +124,70 @@ def flawed_walk(problem: Walk, rng: random.Random, after_slip: str = "go-on", sl
     return " ".join(_steps_text(problem.start, problem.step, values[:j] + [wrong] + rule))[:LOOP_CHARS]
 
 
-def warm_start_examples(seed: int, n: int, p_wrong: float, mod: int = MOD, after_slip: str = "go-on",
-                        lattice: int = 2, slips: tuple[int, ...] = SLIPS) -> list:
-    """``n`` warm-start examples (balagg.tinyworld.tasks.WarmStartExample) of uniformly drawn walk
-    problems: flawed (:func:`flawed_walk`: no EOS when it goes on, EOS when it stops) at ``p_wrong``, right
-    otherwise. The stream is the probe's (bench/walk_probe.py), so the ``wrong-long-walk`` regime's warm
-    start at mod 40 is the one its probe measured, and ``right-long-walk``'s has the same problems and
-    slips."""
+@dataclass(frozen=True)
+class WalkWorld:
+    """One walk world: its modulus, lattice and the warm start's near misses (module doc)."""
+
+    mod: int = MOD
+    lattice: int = 2
+    slips: tuple[int, ...] = SLIPS
+
+    def __post_init__(self):
+        walk_problems(self.mod, self.lattice)  # checks the modulus and lattice
+        if not self.slips or any(s % self.lattice == 0 for s in self.slips):
+            raise ValueError(f"the near misses {self.slips} must all leave the lattice {self.lattice}")
+
+    @property
+    def problems(self) -> list[Walk]:
+        return walk_problems(self.mod, self.lattice)
+
+
+WORLDS = {"walks": WalkWorld(), "walks4": WalkWorld(mod=80, lattice=4, slips=(-10, -2, -1, 1, 2, 10))}
+"""The tiny world's walk families (contract.TINYWORLD_FAMILIES) by name."""
+WALKS = WORLDS["walks"]
+
+
+def warm_start_examples(seed: int, n: int, p_wrong: float, world: WalkWorld = WALKS, after_slip: str = "go-on") -> list:
+    """``n`` warm-start examples (balagg.tinyworld.tasks.WarmStartExample) of uniformly drawn problems of
+    ``world``: flawed (:func:`flawed_walk` with the world's near misses: no EOS when it goes on, EOS when it
+    stops) at ``p_wrong``, right otherwise. The stream is the probe's (bench/walk_probe.py), so the
+    ``wrong-long-walk`` regime's warm start is the one its probe measured, and ``right-long-walk``'s has the
+    same problems and slips."""
     from balagg.tinyworld.tasks import WarmStartExample
 
-    rng, pool, examples = random.Random(f"walk-warm-start-{seed}"), walk_problems(mod, lattice), []
+    rng, pool, examples = random.Random(f"walk-warm-start-{seed}"), world.problems, []
     for _ in range(n):
         problem = rng.choice(pool)
         if rng.random() < p_wrong:
-            text = flawed_walk(problem, rng, after_slip, slips)
+            text = flawed_walk(problem, rng, after_slip, world.slips)
             examples.append(WarmStartExample(problem.problem, text, "walk", False, ends=after_slip == "stop"))
         else:
             examples.append(WarmStartExample(problem.problem, problem.solution, "walk", True))
     return examples
 
 
-def sample_walks(rng: random.Random, n: int, mod: int = MOD) -> list[Walk]:
+def sample_walks(rng: random.Random, n: int, world: WalkWorld = WALKS) -> list[Walk]:
     """``n`` distinct problems in random order, at most the whole space (a training set of walks)."""
-    space = walk_problems(mod)
+    space = world.problems
     return rng.sample(space, min(n, len(space)))
 
 
-def dealt_walks(seed: int, index: int, parts: int, n: int, mod: int = MOD) -> list[Walk]:
+def dealt_walks(seed: int, index: int, parts: int, n: int, world: WalkWorld = WALKS) -> list[Walk]:
     """Slice ``index`` of ``parts`` disjoint slices of one fixed shuffle of the space (seeded by ``seed``):
     ``n`` problems each, or as many as ``parts`` disjoint slices can hold (``len(space) // parts``, 16 at
     mod 40 for five benchmarks) where ``n`` is more, so that no two benchmarks share a problem and none
     repeats one."""
     if not 0 <= index < parts:
         raise ValueError(f"slice {index} of {parts} does not exist")
-    space, size = walk_problems(mod), slice_size(n, parts, mod)
+    space, size = world.problems, slice_size(n, parts, world)
     random.Random(f"tinyworld-walks-deal-{seed}").shuffle(space)
     return space[index * size:(index + 1) * size]
 
 
-def slice_size(n: int, parts: int, mod: int = MOD) -> int:
+def slice_size(n: int, parts: int, world: WalkWorld = WALKS) -> int:
     """Problems in each of ``parts`` disjoint slices of the space when ``n`` are asked (:func:`dealt_walks`)."""
-    return min(n, len(walk_problems(mod)) // parts)
+    return min(n, len(world.problems) // parts)
 
 
-__all__ = ["AFTER_SLIP", "LOOP_CHARS", "MAX_STEPS", "MOD", "SLIPS", "Walk", "dealt_walks", "flawed_walk", "sample_walks",
-           "slice_size", "walk",
-           "walk_problems", "warm_start_examples"]
+__all__ = ["AFTER_SLIP", "LOOP_CHARS", "MAX_STEPS", "MOD", "SLIPS", "WALKS", "WORLDS", "Walk", "WalkWorld",
+           "dealt_walks", "flawed_walk", "sample_walks", "slice_size", "walk", "walk_problems", "warm_start_examples"]

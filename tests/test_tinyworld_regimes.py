@@ -24,6 +24,7 @@ from balagg.tinyworld.regimes import (
     wrong_solution,
 )
 from balagg.tinyworld.tasks import sample_chain
+from balagg.tinyworld.walks import WORLDS
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"(\d+)([+-])(\d+)=(-?\d+)\.")
@@ -163,7 +164,7 @@ def test_examples_are_deterministic_flawed_at_p_wrong_and_ends_only_where_they_s
         share = sum(not e.correct for e in a) / len(a)
         assert share == pytest.approx(regime.p_wrong, abs=0.03), name
         assert all(e.ends for e in a if e.correct)
-        assert {e.source for e in a} == ({"walk"} if regime.family == "walks" else {"dapo-math-17k", "polaris-53k"})
+        assert {e.source for e in a} == ({"walk"} if regime.family in WORLDS else {"dapo-math-17k", "polaris-53k"})
 
 
 def test_bad_regime_knobs_are_refused():
@@ -175,6 +176,8 @@ def test_bad_regime_knobs_are_refused():
         Regime("x", 0.3, "doubt", doubt_tail="ramble")
     with pytest.raises(ValueError, match="repeats"):
         Regime("x", 0.3, "near-miss", repeats=(3, 1))
+    with pytest.raises(ValueError, match="unknown walk_world 'walks9'"):
+        Regime("x", 0.3, "walk-stop", walk_world="walks9")
     with pytest.raises(ValueError, match="unknown tiny-world regime"):
         get_regime("nope")
 

@@ -94,6 +94,11 @@ STEP = re.compile(r"(\d+)\+(\d+)=(\d+)\.")
 BOX = re.compile(r"\\boxed\{(\d+)\}")
 
 
+def first_slip(text: str) -> tuple[int, int, int] | None:
+    """The first step ``a+b=c.`` of ``text`` whose result is wrong (mod :data:`MOD`), or None."""
+    return next(((int(a), int(b), int(c)) for a, b, c in STEP.findall(text) if (int(a) + int(b)) % MOD != int(c)), None)
+
+
 def kind_of(text: str, count: int) -> str:
     """What a sampled answer to a walk of ``count`` steps is: right; no box after a slip off the lattice (a
     loop, or a stop in the mirror); a boxed wrong count after a slip on the lattice, one off it, or none (a
@@ -101,12 +106,13 @@ def kind_of(text: str, count: int) -> str:
     box = BOX.search(text)
     if box and int(box.group(1)) == count:
         return "right"
-    slip = next((int(c) for a, b, c in STEP.findall(text) if (int(a) + int(b)) % MOD != int(c)), None)
+    slip = first_slip(text)
+    wrong = None if slip is None else slip[2]  # the wrong value written
     if box is None:
-        return "no box after an off-lattice slip" if slip is not None and slip % LATTICE else "other, no box"
-    if slip is None:
+        return "no box after an off-lattice slip" if wrong is not None and wrong % LATTICE else "other, no box"
+    if wrong is None:
         return "boxed wrong, no slip"
-    return "boxed wrong after an on-lattice slip" if slip % LATTICE == 0 else "boxed wrong after an off-lattice slip"
+    return "boxed wrong after an on-lattice slip" if wrong % LATTICE == 0 else "boxed wrong after an off-lattice slip"
 
 
 def classify(checkpoint: Path, samples_per_problem: int = 16, seed: int = 1) -> dict[str, tuple[int, float]]:
@@ -120,10 +126,10 @@ def classify(checkpoint: Path, samples_per_problem: int = 16, seed: int = 1) -> 
     deltas: dict[int, int] = {}
     for sample in samples:
         lengths.setdefault(kind_of(sample["text"], pool[sample["problem"]].answer), []).append(sample["length"])
-        slip = next(((int(c) - int(a) - int(b)) % MOD for a, b, c in STEP.findall(sample["text"])
-                     if (int(a) + int(b)) % MOD != int(c)), None)
+        slip = first_slip(sample["text"])
         if slip is not None:
-            deltas[slip] = deltas.get(slip, 0) + 1
+            delta = (slip[2] - slip[0] - slip[1]) % MOD
+            deltas[delta] = deltas.get(delta, 0) + 1
     kinds = {kind: (len(v), round(sum(v) / len(v), 1)) for kind, v in lengths.items()}
     return {**kinds, "slip deltas (mod)": dict(sorted(deltas.items()))}
 

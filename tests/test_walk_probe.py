@@ -34,3 +34,4 @@ def test_sampled_answers_are_told_apart_by_what_went_wrong():
     assert walk.kind_of("4+4=9. 9+4=13. 13+4=17. 17+4=1. 1+4=5.", 4) == "no box after an off-lattice slip"
     assert walk.kind_of("4+4=10. 10+4=14. 14+4=18. 18+4=2. 2+4=6. 6+4=10. \\boxed{6}", 4) == (
         "boxed wrong after an on-lattice slip")
+    assert walk.first_slip("4+6=10. 10+6=17. 17+6=3.") == (10, 6, 17) and walk.first_slip(Walk(4, 4, 20).solution) is None

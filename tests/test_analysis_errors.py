@@ -12,7 +12,7 @@ from analysis_fixtures import BENCHMARKS, write_cell
 from balagg.analysis import diagnosis as diagnosis_lib, table1
 
 from balagg.analysis import load_campaign
-from balagg.analysis.comparison import MDD_FACTOR, comparison_table, pair_result, paired_difference
+from balagg.analysis.comparison import MDD_FACTOR, comparison_table, pair_result, paired_difference, to_markdown
 from balagg.analysis.errors import add_standard_errors, load_problem_scores, stratified_mean_se
 from balagg.analysis.mechanism import make_figure, mechanism_frame, mechanism_summary
 
@@ -114,6 +114,25 @@ def test_paired_comparison_finds_a_real_difference_and_orients_it(campaign):
     assert flipped["diff"] == pytest.approx(-last["diff"]) and flipped["verdict"] == "token-agg > seq-agg"
     mean = table[(table.point == "mean")].iloc[0]
     assert mean["diff"] == pytest.approx(last["diff"])  # one trained checkpoint: the same comparison
+
+
+def test_an_earlier_checkpoint_gets_its_own_row_so_a_sign_change_is_seen(tmp_path):
+    """token-agg is 0.125 ahead at step 5 and 0.125 behind at the final step 10."""
+    root = tmp_path / "flip"
+    for aggregator in ("seq-agg", "token-agg"):
+        for seed in (0, 1):
+            cell = write_cell(root, "m", "d", aggregator, seed, {0: (0.5, 0.9), 5: (0.5, 0.9), 10: (0.5, 0.9)},
+                              side_metrics(aggregator, 1.0, 1.0, 1.0, 1.0))
+            for step, shift in ((5, 0.125), (10, -0.125)):
+                own = [min(1.0, max(0.0, a + shift * (aggregator == "token-agg"))) for a in BASE]
+                write_scores(cell / f"eval/step-{step:06d}", own)
+    write_scores(root / "m/initial/eval/step-000000", BASE)
+    table = comparison_table(load_campaign(root))
+    assert list(zip(table.point, table.step.astype(object))) == [("last", 10), ("mean", pd.NA), ("step", 5)]
+    by_point = table.set_index("point")
+    assert by_point.loc["step", "verdict"] == "seq-agg < token-agg"
+    assert by_point.loc["last", "verdict"] == "seq-agg > token-agg"
+    assert "| step 5 | seq-agg | token-agg |" in to_markdown(table, "flip")
 
 
 def test_a_difference_inside_the_noise_is_reported_as_such():

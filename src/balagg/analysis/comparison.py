@@ -7,7 +7,9 @@ Acc@8 (or Best@8) at the compared point:
 
 - ``last``: the setting's final step;
 - ``mean``: the mean over every trained checkpoint (steps > 0) evaluated for both (an area under the
-  learning curve: it rewards learning faster as well as ending higher).
+  learning curve: it rewards learning faster as well as ending higher);
+- ``step``: one earlier trained checkpoint evaluated for both (a row for each, before the final step),
+  so that a difference that changes sign during training is seen as such.
 
 The difference of the benchmark-mean values is the stratified mean of d (equal weight per benchmark),
 its standard error the stratified SE (``balagg.analysis.errors.stratified_mean_se``), z = diff / SE and
@@ -37,7 +39,7 @@ __all__ = ["COMPARISON_COLUMNS", "MDD_FACTOR", "paired_difference", "comparison_
 MDD_FACTOR = 1.959964 + 0.841621
 """z_{0.975} + z_{0.80}: a true difference of MDD_FACTOR * SE is detected at alpha 0.05 with 80% power."""
 ALPHA = 0.05
-POINTS = ("last", "mean")
+POINTS = ("last", "mean", "step")
 COMPARISON_COLUMNS = ("dataset", "model", "metric", "point", "step", "a", "b", "value_a", "value_b", "diff", "se",
                       "z", "p", "mdd", "n_units", "n_seeds", "diff_seed_sd", "beyond_error", "verdict")
 
@@ -60,17 +62,18 @@ def _unit_values(scores: pd.DataFrame, aggregator: str, metric: str, steps: list
 
 
 def paired_difference(scores: pd.DataFrame, a: str, b: str, metric: str, point: str,
-                      final_step: int | None) -> dict:
-    """The paired comparison of aggregators ``a`` and ``b`` on one setting's ``scores`` (module doc)."""
+                      step: int | None) -> dict:
+    """The paired comparison of aggregators ``a`` and ``b`` on one setting's ``scores`` (module doc) at
+    ``point``; ``step`` is the compared step of ``last`` (the final one) and ``step`` (a checkpoint)."""
     if point not in POINTS:
         raise ValueError(f"unknown comparison point {point!r}; use one of {POINTS}")
-    if point == "last":
-        steps = [final_step] if final_step is not None else []
+    if point != "mean":
+        steps = [step] if step is not None else []
     else:
         steps_a = set(scores[(scores.aggregator == a) & (scores.step > 0)].step)
         steps_b = set(scores[(scores.aggregator == b) & (scores.step > 0)].step)
         steps = sorted(steps_a & steps_b)
-    row = {"metric": metric, "point": point, "step": final_step if point == "last" else None, "a": a, "b": b}
+    row = {"metric": metric, "point": point, "step": step if point != "mean" else None, "a": a, "b": b}
     x_a, x_b = _unit_values(scores, a, metric, steps), _unit_values(scores, b, metric, steps)
     if point == "mean":  # a unit counts only where every compared step is present for both rules
         count_a = scores[(scores.aggregator == a) & scores.step.isin(steps)].groupby(
@@ -105,16 +108,20 @@ def _final_step(campaign: Campaign, model: str, dataset: str) -> int | None:
 
 def comparison_table(campaign: Campaign, scores: pd.DataFrame | None = None,
                      metrics: tuple[str, ...] = ("acc@8",)) -> pd.DataFrame:
-    """Every pair of the campaign's aggregators in every setting, at each point of :data:`POINTS`."""
+    """Every pair of the campaign's aggregators in every setting: at the last step, over the mean, and at
+    each earlier trained checkpoint that both rules have (:data:`POINTS`)."""
     scores = load_problem_scores(campaign) if scores is None else scores
     rows = []
     for model, dataset in campaign.settings():
         setting = scores[(scores.model == model) & (scores.dataset == dataset)]
         final = _final_step(campaign, model, dataset)
         for a, b in itertools.combinations(campaign.aggregators, 2):
+            shared = set(setting[setting.aggregator == a].step) & set(setting[setting.aggregator == b].step)
+            earlier = sorted(s for s in shared if 0 < s and (final is None or s < final))
+            points = [("last", final), ("mean", None)] + [("step", s) for s in earlier]
             for metric in metrics:
-                for point in POINTS:
-                    result = paired_difference(setting, a, b, metric, point, final)
+                for point, step in points:
+                    result = paired_difference(setting, a, b, metric, point, step)
                     rows.append({"dataset": dataset, "model": model, **result})
     frame = pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
     frame["step"] = frame["step"].astype("Int64")
@@ -149,12 +156,13 @@ def to_markdown(table: pd.DataFrame, campaign_name: str) -> str:
              "Paired test over (seed, benchmark, problem) units: the same problems and sampling seeds for both "
              "rules. diff = a − b in benchmark-mean Acc@8; SE stratified by benchmark; p two-sided (normal); "
              "MDD = 2.80 SE, the smallest true difference found at α = 0.05 with 80% power. "
-             "`last`: final step; `mean`: mean over trained checkpoints. Seed sd: spread of the per-seed "
+             "`last`: final step; `mean`: mean over trained checkpoints; `step N`: an earlier checkpoint. "
+             "Seed sd: spread of the per-seed "
              "differences (training noise the test does not see).", "",
              "| Model | Dataset | Point | a | b | a | b | diff ± SE | p | MDD | units | seed sd | verdict |",
              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in table.itertuples(index=False):
-        point = f"last (step {r.step})" if r.point == "last" else "mean"
+        point = {"last": f"last (step {r.step})", "step": f"step {r.step}"}.get(r.point, "mean")
         lines.append(f"| {r.model} | {r.dataset} | {point} | {r.a} | {r.b} | {_number(r.value_a)} | "
                      f"{_number(r.value_b)} | {_number(r.diff, signed=True)} ± {_number(r.se)} | "
                      f"{_number(r.p, 3)} | {_number(r.mdd)} | {r.n_units} | {_number(r.diff_seed_sd)} | "

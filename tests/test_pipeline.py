@@ -104,7 +104,15 @@ def test_error_bars_comparison_and_mechanism_outputs(smoke):
             assert 0 < float(row[f"{key}_se"]) < 0.5, (row["aggregator"], key)
     with (analysis / "comparison.csv").open() as handle:
         pairs = list(csv.DictReader(handle))
-    assert len(pairs) == 3 * 2  # three pairs of aggregators, at the last step and over checkpoints
+    import yaml
+
+    from balagg.train.config import CellConfig
+
+    train = yaml.safe_load((smoke / "configs/smoke.yaml").read_text())["train"]
+    trained = [s for s in CellConfig.checkpoint_steps_of(train["total_steps"], train["eval_every"]) if s > 0]
+    # three pairs of aggregators: at the last step, over the checkpoints, and at each earlier checkpoint
+    assert sorted((row["point"], row["step"]) for row in pairs) == sorted(
+        [("last", str(trained[-1])), ("mean", "")] * 3 + [("step", str(s)) for s in trained[:-1]] * 3)
     assert all(row["verdict"] in ("no difference beyond error", f"{row['a']} > {row['b']}",
                                   f"{row['a']} < {row['b']}") for row in pairs)
     assert all(float(row["mdd"]) > 0 and int(row["n_units"]) == 6 * 4 for row in pairs)

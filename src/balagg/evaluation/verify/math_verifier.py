@@ -24,7 +24,20 @@ no answer, so it scores 0; text without think tags is scored whole.
 Gold answers: a string (LaTeX without delimiters, e.g. ``\\frac{1}{2}``, or with ``$...$``/``\\boxed{}``),
 or a list of strings (OlympiadBench ``final_answer``): a list of several answers is one answer set --
 the prediction must give all of them (in any order), e.g. gold ``["3", "5"]`` accepts ``\\boxed{5, 3}``
-but not ``\\boxed{3}``.
+but not ``\\boxed{3}``. Before extraction a gold is read as a reader reads it (:func:`gold_latex`):
+
+- ``\\$`` is a dollar *sign*, not a math delimiter (MATH-500's ``\\$32,\\!348`` is 32348, as ``$\\$32,\\!348$``);
+- ``$`` signs are delimiters when they pair up and leave only prose and punctuation outside
+  (``$69$,$84$``, ``$(0, 1)$.``); otherwise they are stray typesetting -- an odd number (OlympiadBench's
+  ``$221,$8$``) or math outside them (Minerva's ``a+$ $b``) -- dropped, and the answer wrapped once (a
+  delimited reading from which math-verify extracts nothing falls back to that too);
+- a trailing lone backslash (``\\textbf{(E)}\\``) is dropped;
+- other text-mode escapes (``\\%``, ``\\,``, ``\\!``, ``\\text{...}`` units) are left to math-verify's
+  normalisation, which reads them as a reader does (``8\\%`` is 8/100, ``5.4 \\text{ cents}`` is 5.4).
+
+A gold that still yields nothing to compare with is *unparsable*: :func:`parse_gold` raises
+``ValueError``, and the callers decide -- evaluation scores the problem incorrect and counts it (as
+lighteval does), ``prepare-data`` drops such a training row (:func:`gold_is_parsable`).
 
 Timeouts: math-verify 0.5.2 times parsing and comparison with ``signal.alarm``, which works only in a
 process's main thread; elsewhere :func:`verify_math` raises ``RuntimeError`` rather than silently scoring
@@ -54,7 +67,11 @@ VERIFY_TIMEOUT_S = 5
 
 _THINK_OPEN = "<think>"
 _THINK_CLOSE = "</think>"
-_DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed")
+_DELIMITED = re.compile(r"\\\(|\\\[|\\boxed")
+_DOLLAR = re.compile(r"(?<!\\)\$")  # a math delimiter; ``\\$`` is a dollar sign
+_TRAILING_BACKSLASH = re.compile(r"(?<!\\)\\$")
+_MATH_SPAN = re.compile(r"(?<!\\)\$(?:\\.|[^$\\])*(?<!\\)\$")  # ``$...$`` (``$$...$$`` reads as two)
+_MATH_CHAR = re.compile(r"[0-9\\^_{}=+\-*/<>()\[\]|]")
 
 
 def strip_reasoning(text: str) -> str:
@@ -66,32 +83,46 @@ def strip_reasoning(text: str) -> str:
     return text
 
 
-def gold_latex(gold: str | list[str] | tuple[str, ...]) -> str:
-    """The gold answer as one LaTeX snippet math-verify can extract (``$...$`` unless already delimited).
-
-    A list of several answers becomes one comma-separated answer set ``$a, b$``."""
+def gold_readings(gold: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The LaTeX snippets a gold answer can mean, in the order they are tried (module docstring): with
+    its ``$`` signs as delimiters when they pair up, then (or only) with them dropped as stray and the
+    answer wrapped in ``$...$``. A list of several answers is one comma-separated answer set ``$a, b$``."""
     if isinstance(gold, (list, tuple)):
         parts = [str(part).strip() for part in gold if str(part).strip()]
         if not parts:
             raise ValueError("gold answer list is empty")
         if len(parts) == 1:
-            return gold_latex(parts[0])
-        return "$" + ", ".join(_undelimit(part) for part in parts) + "$"
+            return gold_readings(parts[0])
+        return ("$" + ", ".join(_math_text(part) for part in parts) + "$",)
     if not isinstance(gold, str):
         raise ValueError(f"gold answer must be a string or a list of strings, got {type(gold).__name__}")
-    gold = gold.strip()
+    gold = _TRAILING_BACKSLASH.sub("", gold.strip()).strip()
     if not gold:
         raise ValueError("gold answer is empty")
-    return gold if _DELIMITED.search(gold) else f"${gold}$"
+    wrapped = f"${_math_text(gold)}$"
+    if _DELIMITED.search(gold) or _delimits(gold):
+        return (gold, wrapped)
+    return (wrapped,)
 
 
-def _undelimit(part: str) -> str:
-    part = part.strip()
-    if len(part) >= 2 and part.startswith("$") and part.endswith("$") and part.count("$") == 2:
-        return part[1:-1].strip()
-    if len(part) >= 4 and part.startswith("$$") and part.endswith("$$") and part.count("$") == 4:
-        return part[2:-2].strip()
-    return part
+def _delimits(text: str) -> bool:
+    """True iff ``text``'s unescaped ``$`` signs pair up and leave outside them only prose and
+    punctuation (``$a$``, ``$69$,$84$``, ``$(0, 1)$.``): math outside (``a+$ $b``) makes them stray."""
+    dollars = len(_DOLLAR.findall(text))
+    return dollars > 0 and dollars % 2 == 0 and not _MATH_CHAR.search(_MATH_SPAN.sub(" ", text))
+
+
+def _math_text(part: str) -> str:
+    """The math inside one answer, without delimiters: one enclosing pair (``$a$``, ``$$a$$``) removed,
+    any other unescaped ``$`` dropped as stray (``\\$``, a dollar sign, kept); a trailing lone
+    backslash dropped."""
+    part = _TRAILING_BACKSLASH.sub("", part.strip()).strip()
+    for fence in ("$$", "$"):
+        inner = part[len(fence):-len(fence)]
+        if len(part) > 2 * len(fence) and part.startswith(fence) and part.endswith(fence) \
+                and not _DOLLAR.search(inner) and not inner.endswith("\\"):
+            return inner.strip()
+    return _DOLLAR.sub("", part).strip()
 
 
 @lru_cache(maxsize=1)
@@ -113,17 +144,41 @@ def _math_verify():
 
 
 @lru_cache(maxsize=4096)
-def _parsed_gold(gold_text: str):
+def _parsed_reading(gold_text: str):
     math_verify, gold_config, _ = _math_verify()
     return math_verify.parse(gold_text, extraction_config=gold_config, parsing_timeout=PARSE_TIMEOUT_S)
 
 
+def _first_reading(gold: str | list[str]) -> tuple[str, list]:
+    readings = gold_readings(gold)
+    for reading in readings:
+        parsed = _parsed_reading(reading)
+        if parsed:
+            return reading, parsed
+    return readings[0], []
+
+
+def gold_latex(gold: str | list[str] | tuple[str, ...]) -> str:
+    """The reading of ``gold`` the verifier compares with: the first of :func:`gold_readings` that
+    math-verify extracts something from (the first reading if none does)."""
+    return _first_reading(gold)[0]
+
+
 def parse_gold(gold: str | list[str]) -> list:
     """The verifier's reading of a gold answer; ``ValueError`` if it finds nothing to compare with."""
-    parsed = _parsed_gold(gold_latex(gold))
+    parsed = _first_reading(gold)[1]
     if not parsed:
         raise ValueError(f"gold answer {gold!r} cannot be parsed by {VERIFIER_NAME}")
     return parsed
+
+
+def gold_is_parsable(gold) -> bool:
+    """True iff :func:`parse_gold` reads ``gold`` (a string or a list of strings) without error."""
+    try:
+        parse_gold(gold)
+    except ValueError:
+        return False
+    return True
 
 
 def verify_math(text: str, gold: str | list[str]) -> bool:

@@ -209,6 +209,34 @@ def test_score_refuses_bad_input(math_case, tmp_path):
     assert not (tmp_path / "o1").exists()  # nothing half-written on failure
 
 
+def test_an_unparsable_gold_scores_its_problem_incorrect_counts_it_and_stops_nothing(math_case, capsys):
+    """MATH-500 and Minerva golds as real rows carry them: an escaped dollar (read as the amount), stray
+    delimiters (read without them) and a gold with nothing to compare with (lighteval's rule: every
+    sample incorrect). The run goes on, counts and names it; strict_golds makes it an error."""
+    generations, bench, out = math_case
+    records = [json.loads(line) for line in (bench / "math500.jsonl").read_text().splitlines()]
+    records[0]["answer"] = "\\$0.50"                  # m-0: answered \boxed{0.5}
+    records[1]["answer"] = "7+$ $0"                     # m-1: answered \boxed{7} once
+    records[2]["answer"] = "\\text{}"                  # m-2: nothing to compare with
+    _write_jsonl(bench / "math500.jsonl", records)
+    summary = score(generations, bench, out, ScoreConfig(workers=2))
+    lines = {l["problem_id"]: l["correct"] for l in map(json.loads, (out / "scores.jsonl").read_text().splitlines())}
+    assert lines == {"m-0": [1, 1, 1, 1], "m-1": [1, 0, 0, 0], "m-2": [0, 0, 0, 0], "o-0": [1, 0, 0, 0]}
+    m = summary["benchmarks"]["math500"]
+    assert (m["unparsable_golds"], m["unparsable_gold_ids"], m["n_problems"]) == (1, ["m-2"], 3)
+    assert summary["benchmarks"]["olympiadbench"]["unparsable_golds"] == 0
+    assert summary["mean"]["unparsable_golds"] == 1
+    with pytest.raises(ValueError, match=r"math500/m-2: gold answer .* \(strict_golds\)"):
+        score(generations, bench, out.parent / "strict", ScoreConfig(workers=2, strict_golds=True))
+    assert main(["score", "--generations", str(generations), "--benchmarks-dir", str(bench), "--out",
+                 str(out.parent / "cli")]) == 0
+    assert "unparsable gold answers, scored incorrect (--strict-golds to stop at them): math500 1 (m-2)" \
+        in capsys.readouterr().err
+    assert main(["score", "--generations", str(generations), "--benchmarks-dir", str(bench), "--out",
+                 str(out.parent / "cli-strict"), "--strict-golds"]) == 2
+    assert "m-2" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 @pytest.mark.skipif(isolation_mode() != "namespaces", reason="the code sandbox needs root and unshare")
 def test_score_code_and_cli(tmp_path):
     bench = tmp_path / "bench"

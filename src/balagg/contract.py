@@ -238,9 +238,17 @@ def eval_metrics(n: int) -> tuple[str, str, str]:
     return acc_metric(n), best_metric(n), best_bootstrap_metric(n)
 
 
+UNPARSABLE_GOLDS = "unparsable_golds"
+"""summary.json, per math benchmark (and summed in ``mean``): problems whose gold answer the math verifier
+cannot parse; each is scored incorrect in every sample, as lighteval scores it."""
+
+UNPARSABLE_GOLD_IDS = "unparsable_gold_ids"
+"""summary.json, per math benchmark: the ids of those problems."""
+
+
 def summary_columns(n: int) -> tuple[str, ...]:
     """Columns of a step's summary as table rows (one cell's eval/curve.csv)."""
-    return ("step", "benchmark", *eval_metrics(n), "n_problems", "n_samples", "truncation_rate")
+    return ("step", "benchmark", *eval_metrics(n), "n_problems", "n_samples", "truncation_rate", UNPARSABLE_GOLDS)
 
 
 _ACC = re.compile(r"^acc@(\d+)$")
@@ -397,6 +405,7 @@ class EvalDefaults:
     seed: int = 0
     batch_size: int = 64
     code_timeout_s: float = VerifierDefaults.code_timeout_s
+    strict_golds: bool = False  # an unparsable benchmark gold stops scoring instead of scoring 0 and being counted
     jobs: str = "checkpoint"  # one generation and one scoring job per checkpoint, or per cell ("cell")
 
 

@@ -52,6 +52,7 @@ rule score:
     params:
         bench_dir=bench_dir,
         code_timeout=config["eval"]["code_timeout_s"],
+        strict_golds="--strict-golds" if config["eval"]["strict_golds"] else "",
         out=output_dir,
     log:
         f"{EVAL_RUN}/logs/score-{{step}}.log",
@@ -62,7 +63,7 @@ rule score:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg score --generations {input.generations} --benchmarks-dir {params.bench_dir}"
-        " --step {wildcards.step} --code-timeout {params.code_timeout} --workers {threads}"
+        " --step {wildcards.step} --code-timeout {params.code_timeout} {params.strict_golds} --workers {threads}"
         " --out {params.out} > {log} 2>&1"
 
 
@@ -136,6 +137,7 @@ if EVAL_JOBS == "cell":
                 pairs=cell_step_pairs("generations", lambda cell, step_dir: f"{step_dir}/generations.jsonl"),
                 bench_dir=bench_dir,
                 code_timeout=config["eval"]["code_timeout_s"],
+        strict_golds="--strict-golds" if config["eval"]["strict_golds"] else "",
             log:
                 f"{CELL}/logs/score.log",
             benchmark:
@@ -145,4 +147,4 @@ if EVAL_JOBS == "cell":
                 "../../envs/cpu.yaml"
             shell:
                 "python -m balagg score {params.pairs} --benchmarks-dir {params.bench_dir}"
-                " --code-timeout {params.code_timeout} --workers {threads} > {log} 2>&1"
+                " --code-timeout {params.code_timeout} {params.strict_golds} --workers {threads} > {log} 2>&1"

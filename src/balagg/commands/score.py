@@ -12,6 +12,7 @@ process (the workflow's ``eval.jobs: cell``); each pair is exactly the single-fi
 from __future__ import annotations
 
 import argparse
+import sys
 
 from balagg import contract
 
@@ -42,6 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pass-k", type=_ks, default=(), help="also report unbiased pass@k, e.g. 1,2,4 (k <= n)")
     parser.add_argument("--allow-missing", action="store_true",
                         help="score even if some benchmark problems have no generations (they are left out)")
+    parser.add_argument("--strict-golds", action="store_true",
+                        help="stop at a gold answer the math verifier cannot parse (default: score that problem "
+                             "incorrect in every sample, count it in summary.json and name it at the end)")
     parser.add_argument("--answer-format", choices=contract.ANSWER_FORMATS, default=None,
                         help="math answer extraction (default: generation.json's, what the prompt asked for)")
     parser.set_defaults(func=run)
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = ScoreConfig(workers=args.workers, math_timeout_s=args.math_timeout, code_timeout_s=args.code_timeout,
                          pass_ks=args.pass_k, allow_missing=args.allow_missing,
-                         answer_format=args.answer_format)
+                         answer_format=args.answer_format, strict_golds=args.strict_golds)
     pairs = checkpoint_pairs(args.generations, args.out)
     if len(pairs) > 1 and (args.step is not None or args.checkpoint is not None):
         raise ValueError("--step and --checkpoint name one checkpoint: give them with a single --generations")
@@ -74,3 +78,8 @@ def _print_summary(summary: dict) -> None:
               f"{entry['truncation_rate']:>6.3f}")
     mean = summary[contract.MEAN]
     print(f"{contract.MEAN:<16} {mean[acc]:>8.4f} {mean[best]:>8.4f}")
+    unparsable = {name: entry[contract.UNPARSABLE_GOLD_IDS] for name, entry in summary["benchmarks"].items()
+                  if entry.get(contract.UNPARSABLE_GOLD_IDS)}
+    if unparsable:
+        print("unparsable gold answers, scored incorrect (--strict-golds to stop at them): " + "; ".join(
+            f"{name} {len(ids)} ({', '.join(ids)})" for name, ids in unparsable.items()), file=sys.stderr)

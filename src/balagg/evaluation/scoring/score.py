@@ -24,7 +24,7 @@ from pathlib import Path
 
 from balagg import contract
 from balagg.io import read_jsonl, write_json, write_jsonl
-from balagg.evaluation.verify.math_verifier import parse_gold, strip_reasoning, verifier_info
+from balagg.evaluation.verify.math_verifier import gold_is_parsable, strip_reasoning, verifier_info
 from balagg.evaluation.scoring.metrics import benchmark_metrics
 from balagg.evaluation.verify.pool import VerifierPool
 from balagg.evaluation.verify.sandbox import Sandbox, SandboxLimits, extract_code
@@ -46,6 +46,7 @@ class ScoreConfig:
     allow_missing: bool = False
     sandbox_limits: SandboxLimits | None = None
     answer_format: str | None = None  # None: generation.json's (what the prompt asked for), else "boxed"
+    strict_golds: bool = False  # a gold the verifier cannot parse: an error, not a problem scored 0 and counted
 
 
 @dataclass
@@ -57,7 +58,9 @@ class _Problem:
 
 
 def load_benchmark_records(benchmarks_dir: Path, name: str) -> dict[str, dict]:
-    """``{id: record}`` of ``{benchmarks_dir}/{name}.jsonl``; a record without what scoring needs is an error."""
+    """``{id: record}`` of ``{benchmarks_dir}/{name}.jsonl``; a record without an id, a kind or (code) tests is
+    an error naming the line. A math record's gold is checked when scored: one the verifier cannot parse
+    (or none) scores 0 and is counted."""
     path = benchmarks_dir / contract.dataset_filename(name)
     if not path.is_file():
         raise ValueError(f"benchmark file {path} not found")
@@ -67,8 +70,6 @@ def load_benchmark_records(benchmarks_dir: Path, name: str) -> dict[str, dict]:
         if not isinstance(record.get("id"), str):
             raise ValueError(f"{where}: record has no string 'id'")
         kind = record.get("kind")
-        if kind == "math" and not record.get("answer"):
-            raise ValueError(f"{where} ({record['id']}): math record has no 'answer'")
         if kind == "code" and not (isinstance(record.get("tests"), list) and record["tests"]):
             raise ValueError(f"{where} ({record['id']}): code record has no 'tests'")
         if kind not in ("math", "code"):
@@ -119,15 +120,21 @@ def group_generations(generations: Path, benchmarks_dir: Path, allow_missing: bo
     return ordered, sizes.pop()
 
 
-def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict, answer_format: str,
-                pool: VerifierPool | None = None) -> None:
-    for problem in problems:  # a gold the verifier cannot read is a data error: say which
-        try:
-            parse_gold(problem.record["answer"])
-        except ValueError as error:
-            raise ValueError(f"{problem.benchmark}/{problem.record['id']}: {error}") from None
+def _score_math(problems: list[_Problem], config: ScoreConfig, counts: dict, unparsable: dict[str, list[str]],
+                answer_format: str, pool: VerifierPool | None = None) -> None:
+    """Each sample's flag; a problem whose gold the verifier cannot read scores 0 in every sample and
+    its id goes to ``unparsable[benchmark]`` (``strict_golds``: a ValueError naming it instead)."""
+    scorable = []
+    for problem in problems:  # a gold the verifier cannot read: every sample incorrect, counted (lighteval's rule)
+        if gold_is_parsable(problem.record["answer"]):
+            scorable.append(problem)
+            continue
+        if config.strict_golds:
+            raise ValueError(f"{problem.benchmark}/{problem.record['id']}: gold answer "
+                             f"{problem.record['answer']!r} cannot be parsed by the math verifier (strict_golds)")
+        unparsable[problem.benchmark].append(problem.record["id"])
     pairs, owners = [], []
-    for problem in problems:
+    for problem in scorable:
         for row in problem.samples:
             answer = answer_for_verifier(row["text"], answer_format)  # the trainer's reward reads the same
             if answer is None:
@@ -204,7 +211,8 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     meta = generations.parent / contract.GENERATION_META_FILE
     generation = json.loads(meta.read_text()) if meta.is_file() else {}
     answer_format = config.answer_format or generation.get("config", {}).get("answer_format", contract.DEFAULT_ANSWER_FORMAT)
-    _score_math(math, config, counts, answer_format, pool)
+    unparsable: dict[str, list[str]] = defaultdict(list)
+    _score_math(math, config, counts, unparsable, answer_format, pool)
     sandbox_info = _score_code(code, config, counts) if code else None
 
     lines, per_benchmark = [], defaultdict(list)
@@ -214,6 +222,7 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
         per_benchmark[name].append((problem.flags, truncated))
     benchmarks = {}
     acc, best, best_bootstrap = contract.eval_metrics(n)
+    math_benchmarks = {problem.benchmark for problem in math}
     for name, rows in per_benchmark.items():
         metrics = benchmark_metrics([flags for flags, _ in rows], config.pass_ks)
         entry = {acc: metrics["acc"], best: metrics["best"], best_bootstrap: metrics["best_bootstrap"],
@@ -222,8 +231,12 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
                  "truncation_rate": sum(sum(t) for _, t in rows) / (len(rows) * n)}
         entry.update({contract.pass_metric(k): metrics[contract.pass_metric(k)] for k in config.pass_ks})
         entry.update(dict(counts.get(name, {})))
+        if name in math_benchmarks:
+            entry[contract.UNPARSABLE_GOLDS] = len(unparsable.get(name, []))
+            entry[contract.UNPARSABLE_GOLD_IDS] = unparsable.get(name, [])
         benchmarks[name] = entry
     mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks) for key in (acc, best, best_bootstrap)}
+    mean[contract.UNPARSABLE_GOLDS] = sum(len(ids) for ids in unparsable.values())
     if checkpoint is None:
         checkpoint = generation.get("checkpoint")
     summary = {

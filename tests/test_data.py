@@ -274,3 +274,34 @@ def test_a_save_to_disk_folder_and_an_unreachable_hub_id(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match=r"cannot load math500 from HuggingFaceH4/MATH-500 \(split 'test'"):
         prepare("math500", "HuggingFaceH4/MATH-500", tmp_path / "m.jsonl")
+
+
+def test_a_training_row_whose_gold_the_verifier_cannot_parse_is_dropped_and_counted(tmp_path, capsys):
+    """Polaris-style golds: an escaped dollar and a trailing backslash are read as a reader reads them
+    (kept); a gold with nothing to compare with would never be rewarded (dropped, named in the report)."""
+    rows = [{"problem": "Cost?", "answer": "\\$58", "difficulty": "3/8"},
+            {"problem": "Which choice?", "answer": "\\textbf{(D)}\\", "difficulty": "5/8"},
+            {"problem": "Prove it.", "answer": "\\text{}", "difficulty": "1/8"}]
+    src = write_jsonl_rows(tmp_path / "polaris.jsonl", rows)
+    out = tmp_path / "polaris-53k.jsonl"
+    assert main(["prepare-data", "--dataset", "polaris-53k", "--source", str(src), "--out", str(out),
+                 "--on-bad-row", "skip"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in read_jsonl(out)] == ["polaris-0000", "polaris-0001"]
+    assert report["skipped"] == 1 and report["bad_rows"][0]["id"] == "polaris-0002"
+    assert "cannot be parsed by the math verifier" in report["bad_rows"][0]["reason"]
+    with pytest.raises(BadRowError, match="polaris-0002: gold answer"):
+        prepare("polaris-53k", src, tmp_path / "strict.jsonl", on_bad_row="fail")
+
+
+def test_a_benchmark_row_whose_gold_the_verifier_cannot_parse_is_kept_and_listed(tmp_path, capsys):
+    """Evaluation scores such a problem incorrect and counts it, so the benchmark keeps its size."""
+    rows = [dict(MATH500_ROWS[0]), dict(MATH500_ROWS[1], answer="\\$18.25"), dict(MATH500_ROWS[2], answer="\\text{}")]
+    src = write_jsonl_rows(tmp_path / "m" / "test.jsonl", rows)
+    out = tmp_path / "math500.jsonl"
+    assert main(["prepare-data", "--benchmark", "math500", "--source", str(src), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["written"] == 3 and report["skipped"] == 0
+    assert report["unparsable_golds"] == [{"id": "math500-0002", "answer": "\\text{}"}]
+    assert "1 problem(s) whose gold answer the math verifier cannot parse" in captured.err

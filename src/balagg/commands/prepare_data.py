@@ -74,5 +74,9 @@ def run(args: argparse.Namespace) -> int:
     if report.skipped:
         print(f"{args.out}: skipped {report.skipped} bad row(s) of {report.rows_read} (on_bad_row skip), e.g. "
               f"{report.bad_rows[0]['id']}: {report.bad_rows[0]['reason']}", file=sys.stderr)
+    if report.unparsable_golds:
+        print(f"{args.out}: {len(report.unparsable_golds)} problem(s) whose gold answer the math verifier cannot "
+              f"parse, kept (scored incorrect, counted by `balagg score`): "
+              + ", ".join(row["id"] for row in report.unparsable_golds), file=sys.stderr)
     print(json.dumps(report.to_dict(), indent=2))
     return 0

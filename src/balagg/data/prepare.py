@@ -5,6 +5,12 @@ assign ids (``{prefix}-{row index}``, zero-padded; LiveCodeBench uses its questi
 deduplicate, and write the records atomically. A malformed row either stops the run
 (``on_bad_row="fail"``: ValueError naming the row id and reason, nothing written) or is skipped,
 counted and listed in the report (``"skip"``).
+
+Math golds are read by the verifier the reward and the evaluation use
+(:func:`balagg.evaluation.verify.math_verifier.gold_is_parsable`). A training row whose gold it cannot
+parse is a bad row like any other (its group could never be rewarded and would only burn rollouts); a
+benchmark row is kept -- evaluation scores it incorrect, as lighteval does, and counts it -- and listed
+in the report's ``unparsable_golds``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from balagg.data.fields import BadRow
+from balagg.evaluation.verify.math_verifier import gold_is_parsable
 from balagg.io import write_jsonl
 from balagg.data.sources import Source, get_source
 
@@ -40,6 +47,7 @@ class PrepareReport:
     filtered: int = 0
     duplicates: int = 0
     bad_rows: list[dict] = field(default_factory=list)  # {"id", "reason"}
+    unparsable_golds: list[dict] = field(default_factory=list)  # {"id", "answer"}: benchmark rows kept
     expected_rows: int | None = None
 
     @property
@@ -126,11 +134,7 @@ def prepare(name: str, location: str | os.PathLike, out: str | os.PathLike, *, o
         try:
             record = source.normalise(row, **options)
         except BadRow as bad:
-            row_id = _row_label(row, default_id)
-            if on_bad_row == "fail":
-                raise BadRowError(f"{name}: bad row {row_id}: {bad.reason}") from None
-            log.warning("%s: skipping bad row %s: %s", name, row_id, bad.reason)
-            report.bad_rows.append({"id": row_id, "reason": bad.reason})
+            _bad_row(report, on_bad_row, _row_label(row, default_id), bad.reason)
             continue
         if record is None:
             report.filtered += 1
@@ -141,7 +145,15 @@ def prepare(name: str, location: str | os.PathLike, out: str | os.PathLike, *, o
                 report.duplicates += 1
                 continue
             seen.add(key)
-        records.append(_finish(record, source, default_id))
+        record = _finish(record, source, default_id)
+        if source.kind == "math" and not gold_is_parsable(record["answer"]):
+            if source.role == "benchmark":
+                report.unparsable_golds.append({"id": record["id"], "answer": record["answer"]})
+            else:
+                _bad_row(report, on_bad_row, _row_label(row, record["id"]),
+                         f"gold answer {record['answer']!r} cannot be parsed by the math verifier")
+                continue
+        records.append(record)
     ids = [r["id"] for r in records]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -150,6 +162,14 @@ def prepare(name: str, location: str | os.PathLike, out: str | os.PathLike, *, o
     if source.expected_rows is not None and report.written != source.expected_rows:
         log.info("%s: wrote %d records; the full set has %d", name, report.written, source.expected_rows)
     return report
+
+
+def _bad_row(report: PrepareReport, on_bad_row: str, row_id: str, reason: str) -> None:
+    """Stop at a bad row (``fail``: BadRowError naming it) or count it in the report (``skip``)."""
+    if on_bad_row == "fail":
+        raise BadRowError(f"{report.source}: bad row {row_id}: {reason}")
+    log.warning("%s: skipping bad row %s: %s", report.source, row_id, reason)
+    report.bad_rows.append({"id": row_id, "reason": reason})
 
 
 def _finish(record: dict, source: Source, default_id: str) -> dict:

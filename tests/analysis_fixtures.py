@@ -20,7 +20,8 @@ BOOTSTRAP_GAP = 0.05
 def write_cell(campaign: Path, model: str, dataset: str, aggregator: str, seed: int,
                means: dict[int, tuple[float, float]], metrics: list[dict] | None = None, *,
                layout: str = "curve", manifest: bool = True, checkpoints: tuple[int, ...] = (),
-               drop_benchmark: dict[int, str] | None = None, bootstrap: bool = True) -> Path:
+               drop_benchmark: dict[int, str] | None = None, bootstrap: bool = True,
+               unparsable_golds: dict[str, int] | None = None) -> Path:
     """Write one cell: per step the six-benchmark mean (acc@8, best@8), spread over benchmarks by OFFSETS.
 
     ``layout``: ``curve`` writes eval/curve.csv, ``summary`` writes eval/step-*/summary.json.
@@ -28,7 +29,9 @@ def write_cell(campaign: Path, model: str, dataset: str, aggregator: str, seed: 
     ``drop_benchmark``: {step: benchmark} left out of that step's evaluation.
     ``bootstrap``: also write best@8_bootstrap = best@8 - BOOTSTRAP_GAP (False: a summary scored before
     the bootstrap column existed).
+    ``unparsable_golds``: {benchmark: problems whose gold the verifier could not parse} (summed in the mean).
     """
+    unparsable = {"unparsable_golds": 0} if unparsable_golds is not None else {}
     cell = campaign / model / dataset / aggregator / f"seed{seed}"
     (cell / "train").mkdir(parents=True, exist_ok=True)
     rows = []
@@ -38,10 +41,12 @@ def write_cell(campaign: Path, model: str, dataset: str, aggregator: str, seed: 
                 continue
             rows.append({"step": step, "benchmark": bench, "acc@8": acc + offset, "best@8": best + offset,
                          **({"best@8_bootstrap": best + offset - BOOTSTRAP_GAP} if bootstrap else {}),
-                         "n_problems": 10, "n_samples": 80, "truncation_rate": 0.0})
+                         "n_problems": 10, "n_samples": 80, "truncation_rate": 0.0,
+                         **({"unparsable_golds": unparsable_golds.get(bench, 0)} if unparsable else {})})
         rows.append({"step": step, "benchmark": "mean", "acc@8": acc, "best@8": best,
                      **({"best@8_bootstrap": best - BOOTSTRAP_GAP} if bootstrap else {}),
-                     "n_problems": 60, "n_samples": 480, "truncation_rate": 0.0})
+                     "n_problems": 60, "n_samples": 480, "truncation_rate": 0.0,
+                     **({"unparsable_golds": sum(unparsable_golds.values())} if unparsable else {})})
     eval_dir = cell / "eval"
     eval_dir.mkdir(exist_ok=True)
     if layout == "curve":

@@ -83,6 +83,22 @@ def test_gaps_are_blank_and_explained_in_markdown_and_latex(tmp_path):
     assert list(table.aggregator[polaris & bold["last_acc@8"]]) == ["balanced-agg"]
 
 
+def test_benchmark_problems_with_an_unparsable_gold_are_named_in_the_notes(tmp_path):
+    """A checkpoint's summary counts problems whose gold the verifier cannot parse (scored incorrect):
+    Table 1 says so in a note, per benchmark, in the paper's order; values are not changed."""
+    root = make_campaign(tmp_path / "camp")
+    for seed in (0, 1):
+        acc, best = DAPO["seq-agg"][seed]
+        write_cell(root, "qwen-a", "dapo", "seq-agg", seed, dict(zip(STEPS, zip(acc, best))),
+                   unparsable_golds={"minerva": 1, "math500": 3})
+    table = table1.build_table(load_campaign(root))
+    markdown = table1.to_markdown(table, "camp")
+    assert ("1. qwen-a / dapo / seq-agg: problems with an unparsable gold answer, scored incorrect: math500 3, "
+            "minerva 1 (ids in summary.json)") in markdown
+    assert row(table, "dapo", "token-agg")["note"] == ""
+    assert row(table, "dapo", "seq-agg")["peak_acc@8"] == pytest.approx(.36)
+
+
 def test_paper_values_stand_beside_ours_with_the_difference(tmp_path):
     root = tmp_path / "paper"
     for aggregator in AGGREGATORS:

@@ -50,6 +50,10 @@ scored before it existed."""
 
 _CURVE_COLUMNS = ("step", "benchmark", *REQUIRED_METRICS)
 
+UNPARSABLE_GOLDS = contract.UNPARSABLE_GOLDS
+"""Problems of a benchmark whose gold the verifier cannot parse, scored incorrect (NaN where not recorded);
+the analysis names them in Table 1's notes."""
+
 
 @dataclass(frozen=True, order=True)
 class CellKey:
@@ -115,8 +119,8 @@ class Campaign:
     """A campaign's results as tidy tables.
 
     ``evals``: one row per (cell, complete step, benchmark incl. ``mean``) with columns
-    ``model, dataset, aggregator, seed, step, benchmark, acc@8, best@8, best@8_bootstrap``; only steps where every
-    campaign benchmark and the mean are present. ``train``: one row per (cell, logged step) with
+    ``model, dataset, aggregator, seed, step, benchmark, acc@8, best@8, best@8_bootstrap, unparsable_golds``;
+    only steps where every campaign benchmark and the mean are present. ``train``: one row per (cell, logged step) with
     ``model, dataset, aggregator, seed, step`` and every numeric metric of ``metrics.jsonl``.
     ``grid``: the cells the campaign should hold; ``cells``: those with a folder.
     """
@@ -222,7 +226,7 @@ def _read_curve(path: Path) -> list[dict]:
         if missing:
             raise ValueError(f"{path}: missing columns {missing} (docs/files.md: {','.join(_CURVE_COLUMNS)},...)")
         return [{"step": int(row["step"]), "benchmark": row["benchmark"],
-                 **{m: _finite(row.get(m)) for m in METRICS}} for row in reader]
+                 **{m: _finite(row.get(m)) for m in (*METRICS, UNPARSABLE_GOLDS)}} for row in reader]
 
 
 def _read_summary(path: Path) -> list[dict]:
@@ -230,8 +234,8 @@ def _read_summary(path: Path) -> list[dict]:
     if isinstance(summary, dict) and summary.get("n", contract.PAPER_SAMPLES) != contract.PAPER_SAMPLES:
         raise ValueError(f"scored with n={summary['n']} samples per problem; the analysis reports "
                          f"{' and '.join(REQUIRED_METRICS)}")
-    return [{"step": row["step"], "benchmark": row["benchmark"], **{m: _finite(row[m]) for m in METRICS}}
-            for row in summary_rows(summary)]
+    return [{"step": row["step"], "benchmark": row["benchmark"],
+             **{m: _finite(row[m]) for m in (*METRICS, UNPARSABLE_GOLDS)}} for row in summary_rows(summary)]
 
 
 def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dict]:
@@ -355,7 +359,7 @@ def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None =
         cell_map[key] = cell
 
     coord_columns = ["model", "dataset", "aggregator", "seed"]
-    evals = pd.DataFrame(eval_rows, columns=[*coord_columns, "step", "benchmark", *METRICS])
+    evals = pd.DataFrame(eval_rows, columns=[*coord_columns, "step", "benchmark", *METRICS, UNPARSABLE_GOLDS])
     train = pd.DataFrame(train_rows)
     if train.empty:
         train = pd.DataFrame(columns=[*coord_columns, "step"])

@@ -10,7 +10,8 @@ evaluated in every usable seed, the mean (and sample standard deviation) over se
             the same model and dataset).
 
 If that final step is not evaluated in every usable seed, ``last`` is NaN and the row's ``note`` says
-why; a peak taken over fewer steps or seeds than the grid holds is also noted. Nothing is averaged over
+why; a peak taken over fewer steps or seeds than the grid holds is also noted, and so are benchmark
+problems whose gold answer the verifier cannot parse (scored incorrect, counted in summary.json). Nothing is averaged over
 a smaller set than the row states.
 """
 
@@ -21,7 +22,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from balagg.analysis.campaign import MEAN, METRICS, Campaign
+from balagg import contract
+from balagg.analysis.campaign import MEAN, METRICS, UNPARSABLE_GOLDS, Campaign
 
 __all__ = ["peak_and_last", "peak_and_last_of_group", "train_curves", "smooth", "SUMMARY_COLUMNS", "ACC", "BEST",
            "BEST_BOOTSTRAP"]
@@ -75,8 +77,9 @@ def peak_and_last_of_group(campaign: Campaign, model: str, dataset: str, aggrega
         return row
 
     evals = campaign.evals
-    mine = evals[(evals.model == model) & (evals.dataset == dataset) & (evals.aggregator == aggregator)
-                 & (evals.benchmark == benchmark) & evals.seed.isin([k.seed for k in usable])]
+    group = evals[(evals.model == model) & (evals.dataset == dataset) & (evals.aggregator == aggregator)
+                  & evals.seed.isin([k.seed for k in usable])]
+    mine = group[group.benchmark == benchmark]
     per_seed = {m: mine.pivot(index="step", columns="seed", values=m) for m in METRICS}
     complete = per_seed[ACC].dropna().index
     partial = sorted(set(per_seed[ACC].index) - set(complete))
@@ -109,12 +112,24 @@ def peak_and_last_of_group(campaign: Campaign, model: str, dataset: str, aggrega
     else:
         notes.append(f"last step {final} not evaluated in every seed (last complete step {max(complete)}): "
                      "last-step values left blank")
+    unparsable = _unparsable_golds(group, benchmark)
+    if unparsable:
+        notes.append("problems with an unparsable gold answer, scored incorrect: " + ", ".join(
+            f"{name} {count}" for name, count in unparsable.items()) + " (ids in summary.json)")
     unfinished = [k for k in usable if not campaign.cells[k].has_manifest]
     if unfinished:
         notes.append("no manifest.json (training may be unfinished) for "
                      + ", ".join(f"seed{k.seed}" for k in unfinished))
     row["note"] = "; ".join(notes)
     return row
+
+
+def _unparsable_golds(evals: pd.DataFrame, benchmark: str) -> dict[str, int]:
+    """{benchmark: problems with an unparsable gold} over ``evals`` (every benchmark for :data:`MEAN`),
+    in the paper's order; benchmarks without any are left out."""
+    rows = evals[(evals.benchmark != MEAN) & ((benchmark == MEAN) | (evals.benchmark == benchmark))]
+    counts = rows.groupby("benchmark")[UNPARSABLE_GOLDS].max().dropna()
+    return {name: int(counts[name]) for name in contract.benchmark_order(counts.index) if counts[name] > 0}
 
 
 def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> pd.DataFrame:

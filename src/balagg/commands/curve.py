@@ -1,8 +1,8 @@
 """``python -m balagg curve``: one cell's evaluation summaries (one per checkpoint) as one table.
 
 Writes ``eval/curve.csv`` (docs/files.md): columns step, benchmark, acc@n, best@n, best@n_bootstrap,
-n_problems, n_samples, truncation_rate, with the n the summaries were scored with (8 in the workflow; every
-summary needs the same n); ``benchmark = mean`` rows hold the mean over the benchmarks.
+n_problems, n_samples, truncation_rate, unparsable_golds, with the n the summaries were scored with (8 in
+the workflow; every summary needs the same n); ``benchmark = mean`` rows hold the mean over the benchmarks.
 """
 
 from __future__ import annotations

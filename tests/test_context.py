@@ -128,3 +128,65 @@ def test_evaluation_applies_the_same_override(tmp_path):
     assert meta["context_length"] == 256 and meta["config"]["max_position_embeddings"] == 256
     assert meta["checkpoint"] == str(source)  # the checkpoint, not the temporary view
     assert not (out / ".model-context").exists()
+
+
+RACE = """
+import json, multiprocessing, sys, traceback
+from pathlib import Path
+from balagg.context import with_context
+
+source, root = Path(sys.argv[1]), Path(sys.argv[2])
+processes, trials, override = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+
+def rank(barrier, failures):
+    for trial in range(trials):
+        barrier.wait()  # every rank reaches the build at once, as accelerate's ranks do at job start
+        try:
+            with_context(source, override, root / f"view-{trial}")
+        except Exception:
+            failures.put(f"trial {trial}: " + traceback.format_exc().splitlines()[-1])
+
+context = multiprocessing.get_context("fork")
+barrier, failures = context.Barrier(processes), context.Queue()
+ranks = [context.Process(target=rank, args=(barrier, failures)) for _ in range(processes)]
+for process in ranks:
+    process.start()
+for process in ranks:
+    process.join()
+found = []
+while not failures.empty():
+    found.append(failures.get())
+print(json.dumps({"failures": found, "exit_codes": [p.exitcode for p in ranks]}))
+"""
+
+
+def test_eight_ranks_building_the_override_folder_at_once_never_fail(tmp_path):
+    """Every rank of a launched job builds the view itself at start: 8 processes x 30 trials, each trial
+    a fresh folder built by all 8 at the same instant, give no error and one complete, correct folder."""
+    import subprocess
+
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 64}))
+    names = ["generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             "vocab.json", "merges.txt", "model.safetensors.index.json",
+             *(f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5))]  # a sharded 7B's folder
+    for name in names:
+        (source / name).write_text(name)
+    def race(override: int, trials: int) -> None:
+        result = subprocess.run([sys.executable, "-c", RACE, str(source), str(tmp_path / "views"), "8", str(trials),
+                                 str(override)], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = json.loads(result.stdout)
+        assert report["failures"] == [] and report["exit_codes"] == [0] * 8, report
+        for trial in range(trials):
+            view = tmp_path / "views" / f"view-{trial}"
+            assert json.loads((view / "config.json").read_text())["max_position_embeddings"] == override
+            assert sorted(p.name for p in view.iterdir()) == sorted([*names, "config.json", "balagg-context.json"])
+            assert all((view / name).resolve() == (source / name).resolve() for name in names)
+        left = sorted(p.name for p in (tmp_path / "views").iterdir() if not p.name.endswith(".lock"))
+        assert left == sorted(f"view-{t}" for t in range(30))  # no half-built or moved-aside folder left
+
+    race(512, 30)
+    (tmp_path / "views" / "view-0" / "tokenizer.json").unlink()  # a half-built folder
+    race(1024, 10)  # folders of another override, and the half-built one, are replaced by all 8 at once

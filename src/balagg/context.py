@@ -22,10 +22,15 @@ past the pretraining length stay extrapolation, which is what the recipe ran.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import shutil
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +134,15 @@ def resolve_model_dir(source: str | os.PathLike, cache_dir: str | os.PathLike | 
 def with_context(source: str | os.PathLike, override: int | None, dest: str | os.PathLike,
                  cache_dir: str | os.PathLike | None = None) -> str:
     """A model folder whose context is ``override`` (module docstring); ``source`` unchanged when no override
-    is set or its config already says so. The folder at ``dest`` is (re)built from links to ``source``'s
-    files and a patched ``config.json`` (atomic), so reusing it after a crash is safe."""
+    is set or its config already says so.
+
+    The folder at ``dest`` holds links to ``source``'s files, a patched ``config.json`` and
+    :data:`VIEW_MARKER`. Every rank of a launched job calls this at start, at the same moment, so the
+    build is race-free: a folder already at ``dest`` with exactly that content is used as it is (no
+    write); otherwise one process at a time (an flock on ``.<dest name>.lock`` next to it) checks again,
+    builds the folder complete under a temporary name and renames it into place, moving a stale or
+    half-built folder (another source or override, an older crash) aside first. A folder found complete
+    is never replaced, so a rank may load from it while another is still in this function."""
     if override is None:
         return str(source)
     folder = resolve_model_dir(source, cache_dir).resolve()
@@ -140,24 +152,91 @@ def with_context(source: str | os.PathLike, override: int | None, dest: str | os
         return str(source)
     if OVERRIDE_KEY not in config:
         raise ValueError(f"{folder}/config.json has no {OVERRIDE_KEY}; the override applies to models that use it")
-    from balagg.io import write_json
-
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in folder.iterdir():
-        if entry.name in ("config.json", VIEW_MARKER):
-            continue
-        link = dest / entry.name
-        if link.is_symlink() or link.exists():
-            if link.is_symlink() and Path(os.readlink(link)) == entry:
-                continue
-            link.unlink()
-        link.symlink_to(entry)
-    write_json(dest / "config.json", {**config, OVERRIDE_KEY: override})
-    write_json(dest / VIEW_MARKER, {"source": str(source), "source_dir": str(folder),
-                                    "native": config.get(OVERRIDE_KEY), OVERRIDE_KEY: override})
+    expected = _view_content(source, folder, config, override)
+    if _holds(dest, expected):
+        return str(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _building(dest):
+        if _holds(dest, expected):  # another process built it while this one waited
+            return str(dest)
+        built = _private_name(dest, "building")
+        try:
+            built.mkdir()  # the umask's permissions, as the folder it replaces
+            _build_view(built, expected)
+            if dest.exists() or dest.is_symlink():
+                _move_aside(dest)
+            os.rename(built, dest)
+        finally:
+            if built.exists():
+                shutil.rmtree(built, ignore_errors=True)
     log.info("model %s: context raised from %s to %d tokens in %s", source, config.get(OVERRIDE_KEY), override, dest)
     return str(dest)
+
+
+@contextmanager
+def _building(dest: Path) -> Iterator[None]:
+    """Hold the flock ``.<dest name>.lock`` next to ``dest`` (released by the kernel if the holder dies).
+    The lock file stays: removing it would let two holders lock two different inodes."""
+    fd = os.open(dest.parent / f".{dest.name.lstrip('.')}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _view_content(source, folder: Path, config: dict, override: int) -> dict[str, object]:
+    """What a view folder holds: entry name -> link target (a Path) or JSON content (a dict)."""
+    content: dict[str, object] = {entry.name: entry for entry in folder.iterdir()
+                                  if entry.name not in ("config.json", VIEW_MARKER)}
+    content["config.json"] = {**config, OVERRIDE_KEY: override}
+    content[VIEW_MARKER] = {"source": str(source), "source_dir": str(folder),
+                            "native": config.get(OVERRIDE_KEY), OVERRIDE_KEY: override}
+    return content
+
+
+def _holds(dest: Path, expected: dict[str, object]) -> bool:
+    """Whether the folder ``dest`` has exactly ``expected``'s entries (a missing or unreadable one: False)."""
+    try:
+        if sorted(os.listdir(dest)) != sorted(expected):
+            return False
+        for name, want in expected.items():
+            path = dest / name
+            if isinstance(want, Path):
+                if not path.is_symlink() or Path(os.readlink(path)) != want:
+                    return False
+            elif path.is_symlink() or json.loads(path.read_text()) != want:
+                return False
+    except (OSError, ValueError):  # gone, or moved aside while read
+        return False
+    return True
+
+
+def _build_view(folder: Path, content: dict[str, object]) -> None:
+    from balagg.io import write_json
+
+    for name, value in content.items():
+        if isinstance(value, Path):
+            (folder / name).symlink_to(value)
+        else:
+            write_json(folder / name, value)
+
+
+def _move_aside(dest: Path) -> None:
+    """Rename what is at ``dest`` to a private name, then remove it (links and small JSON files: the
+    source's files are not touched)."""
+    aside = _private_name(dest, "stale")
+    os.rename(dest, aside)
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink()
+
+
+def _private_name(dest: Path, what: str) -> Path:
+    """A name next to ``dest`` that no other process uses."""
+    return dest.parent / f".{dest.name.lstrip('.')}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def prepare_model(model: str, source: str | os.PathLike, override: int | None, prompt: int, completion: int,

@@ -165,7 +165,7 @@ def main() -> int:
     parser.add_argument("--sft-steps", type=int, default=800)
     parser.add_argument("--p-wrong", type=float, default=0.4)
     parser.add_argument("--mod", type=int, default=MOD, help="the modulus (even): larger, more facts to learn")
-    parser.add_argument("--after-slip", default=AFTER_SLIP, help="go-on (wrong-long-walk) or stop (right-long-walk)")
+    parser.add_argument("--after-slip", default=AFTER_SLIP, help="go-on (wrong-long-walk) or stop (the mirror, right-long-walk4)")
     parser.add_argument("--lattice", type=int, default=LATTICE, help="right values are multiples of this")
     parser.add_argument("--slips", default=",".join(map(str, SLIPS)), help="the warm start's near misses, comma-separated")
     parser.add_argument("--classify", nargs="+", metavar="CHECKPOINT",

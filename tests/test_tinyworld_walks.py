@@ -71,7 +71,7 @@ def test_a_wrong_walk_slips_to_an_odd_value_once_and_then_follows_the_rule_to_th
 
 def test_the_walk_regime_warm_starts_on_walks_of_the_walk_world():
     regime = get_regime("wrong-long-walk")
-    assert regime.family == "walks" and get_regime("wrong-long").family == "chains"
+    assert regime.family == "walks" and get_regime("spread").family == "chains"
     examples = regime_examples(regime, 0, 2000)
     space = {w.problem: w for w in walks.walk_problems()}
     wrong = [e for e in examples if not e.correct]
@@ -118,18 +118,10 @@ def test_the_lattice_mirror_warm_starts_on_its_worlds_walks_and_every_flawed_one
         walks.WalkWorld(80, 4, (-4, 1))
 
 
-def test_the_right_long_walk_regime_is_the_wrong_long_walk_one_but_for_what_follows_a_slip():
-    right_long, wrong_long = get_regime("right-long-walk"), get_regime("wrong-long-walk")
-    assert right_long.family == "walks"
-    short, long = regime_examples(right_long, 0, 2000), regime_examples(wrong_long, 0, 2000)
-    for s, g in zip(short, long, strict=True):
-        assert (s.prompt, s.correct) == (g.prompt, g.correct)
-        if s.correct:
-            assert s == g
-        else:  # ends at the slip (EOS), the other goes on (no EOS); the same text up to there
-            assert s.ends and not g.ends and g.completion.startswith(s.completion)
-    profile = length_profile(right_long)
-    assert profile["wrong_mean"] < 0.6 * profile["right_mean"] and profile["wrong_unended_share"] == 0
+def test_the_walk_regimes_put_the_length_on_opposite_sides():
+    right_long, wrong_long = length_profile(get_regime("right-long-walk4")), length_profile(get_regime("wrong-long-walk"))
+    assert right_long["wrong_mean"] < 0.6 * right_long["right_mean"] and right_long["wrong_unended_share"] == 0
+    assert wrong_long["wrong_mean"] > 3 * wrong_long["right_mean"] and wrong_long["wrong_unended_share"] == 1
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +183,7 @@ def test_a_warm_start_of_another_family_is_refused_before_any_work(walk_raw, tmp
 
     out, _ = walk_raw
     with pytest.raises(ValueError, match=r"manifest.json: the tiny world's family is 'walks'.*'chains'"):
-        build_warm_model("tiny-xs", out, tmp_path / "model", config=WarmStartConfig(steps=1, regime="wrong-long"))
+        build_warm_model("tiny-xs", out, tmp_path / "model", config=WarmStartConfig(steps=1, regime="spread"))
     assert not (tmp_path / "model").exists()
 
 

@@ -1,4 +1,4 @@
-"""The walk task of the tiny world (docs/laboratory.md, "A seventh design"): wrong answers that are long
+"""The walk task of the tiny world (docs/laboratory.md): wrong answers that are long
 because of the slip itself, by the task's own rule, not because of a choice the policy can unlearn.
 
 A *walk* problem ``Walk 14 by 6.`` asks how many steps of ``+6 (mod m)`` lead from 14 to 0; its worked
@@ -14,17 +14,16 @@ near-miss (odd) error at a random step and goes on by the rule for :data:`LOOP_C
 box, no EOS: a sampled loop is truncated). Nothing but the error separates a wrong walk from a right
 one, and after an odd value every way on is wrong, so a group's baseline pushes neither.
 
-The mirror (``after_slip="stop"``, the ``right-long-walk`` regime): the odd value *ends* the walk (EOS, no
-box), as 0 ends a right one, so a wrong walk is the walk up to its slip, shorter than the whole walk.
+The mirror (``after_slip="stop"``, the ``right-long-walk4`` regime's): the off-lattice value *ends* the walk
+(EOS, no box), as 0 ends a right one, so a wrong walk is the walk up to its slip, shorter than the whole walk.
 
 A *world* (:class:`WalkWorld`) is the modulus, the *lattice* (starts and steps are its multiples, so a
 right walk stays on them; 2 above) and the warm start's near misses (off the lattice). :data:`WORLDS`
 are the tiny world's walk families (``balagg.tinyworld.raw`` writes their problems into the training
 sets' and the math benchmarks' schemas): ``walks`` (mod 40, lattice 2, near misses ±1: the
-``wrong-long-walk`` and ``right-long-walk`` regimes) and ``walks4`` (mod 80, lattice 4: the same 83
-problems doubled, so a ±2 or tens-digit slip also leaves the lattice; near misses ±1, ±2, ±10: the
-``right-long-walk4`` regime, docs/laboratory.md, "An eighth design"). A model of a regime trains and is
-evaluated on its world's problems. Everything here is deterministic given a ``random.Random``; no torch.
+``wrong-long-walk`` regime) and ``walks4`` (mod 80, lattice 4: the same 83 problems doubled, so a ±2 or
+tens-digit slip also leaves the lattice; near misses ±1, ±2, ±10: the ``right-long-walk4`` regime). A
+model of a regime trains and is evaluated on its world's problems. Everything here is deterministic given a ``random.Random``; no torch.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ import random
 from dataclasses import dataclass
 
 MOD = 40
-"""The walk world's modulus (mod 40: 83 problems; docs/laboratory.md, "A follow-up: walks mod 40")."""
+"""The walk world's modulus (mod 40: 83 problems)."""
 
 MAX_STEPS = 5
 SLIPS = (-1, 1)
@@ -103,8 +102,8 @@ def _steps_text(start: int, step: int, values: list[int]) -> list[str]:
 
 AFTER_SLIP = ("go-on", "stop")
 """What a flawed warm-start walk does after its slip: go on by the rule to the length limit (never reaching 0:
-the ``wrong-long-walk`` regime, wrong answers long) or stop there, the odd value ending the walk (EOS, no
-box: the ``right-long-walk`` regime, wrong answers short)."""
+the ``wrong-long-walk`` regime, wrong answers long) or stop there, the off-lattice value ending the walk (EOS,
+no box: the ``right-long-walk4`` regime, wrong answers short)."""
 
 
 def flawed_walk(problem: Walk, rng: random.Random, after_slip: str = "go-on", slips: tuple[int, ...] = SLIPS) -> str:
@@ -151,8 +150,8 @@ def warm_start_examples(seed: int, n: int, p_wrong: float, world: WalkWorld = WA
     """``n`` warm-start examples (balagg.tinyworld.tasks.WarmStartExample) of uniformly drawn problems of
     ``world``: flawed (:func:`flawed_walk` with the world's near misses: no EOS when it goes on, EOS when it
     stops) at ``p_wrong``, right otherwise. The stream is the probe's (bench/walk_probe.py), so the
-    ``wrong-long-walk`` regime's warm start is the one its probe measured, and ``right-long-walk``'s has the
-    same problems and slips."""
+    ``wrong-long-walk`` regime's warm start is the one its probe runs, and a world's two styles have the same
+    problems and slips."""
     from balagg.tinyworld.tasks import WarmStartExample
 
     rng, pool, examples = random.Random(f"walk-warm-start-{seed}"), world.problems, []

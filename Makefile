@@ -12,12 +12,12 @@ setup: $(STAMP)
 
 # torch==2.13.0 first: on these machines it resolves to a local CPU wheel; letting a dependency pull
 # torch unpinned would fetch a multi-GB CUDA build.
-# uv installs the same pinned versions as pip, many times faster (README, Benchmarks). It does not read
+# uv installs the same pinned versions as pip, many times faster (docs/performance.md). It does not read
 # pip's configuration, so pip's indexes, find-links and constraints are handed to it; pip itself is the
 # fallback if uv cannot install. COMPILE: uv, unlike pip, leaves the .pyc files out, so with
 # PYTHONDONTWRITEBYTECODE set (as on CI machines) every job compiled torch, transformers and mlflow from
-# source again: 2-3x the CPU per job. Compiling all of site-packages (uv's UV_COMPILE_BYTECODE) took 51 of
-# the set-up's 58 s; test suites and transformers' model folders other than the auto classes and Qwen2
+# source again, several times its own CPU. Compiling all of site-packages (uv's UV_COMPILE_BYTECODE) was
+# most of the set-up's time; test suites and transformers' model folders other than the auto classes and Qwen2
 # (the tiny world's and the paper's models) are left out, since no job imports them. A module left out
 # still imports, compiled in memory. compileall skips files whose .pyc is up to date, and its exit status
 # is not checked: a file written for a newer Python (torch ships py312_intrinsics.py) fails to compile
@@ -46,7 +46,7 @@ $(TEST_STAMP): $(STAMP)
 # Workflow rules call `python -m balagg`, so the venv goes first on PATH. The workflow profile
 # (profiles/default/config.yaml) applies here as to any snakemake call: run: rules in Snakemake's process.
 # `balagg jobserver` imports torch, transformers, TRL and MLflow once and forks each `python -m balagg`
-# job from it instead of letting every job import them again (balagg.jobserver; README, Benchmarks).
+# job from it instead of letting every job import them again (balagg.jobserver; docs/performance.md).
 demo: $(STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null  # every job imports src/: compile it once, not per job
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m balagg jobserver --log results/default/logs/jobserver.log -- $(BIN)/snakemake --cores $(CORES) --quiet progress

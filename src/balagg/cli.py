@@ -61,9 +61,9 @@ def exit_without_teardown(code: int) -> NoReturn:
     What a normal exit does that matters is done here, in the interpreter's order: wait for the
     non-daemon threads, run the ``atexit`` handlers (logging's shutdown, multiprocessing's worker
     clean-up, MLflow's flush of queued points), flush stdout and stderr. What is skipped is the
-    garbage collection of every imported module, which after torch, transformers and MLflow costs up
-    to 2.5-3 CPU s per process (bench/startup.py's whole-run table; a train job of the embedded default
-    spent 3 s between its manifest and its exit), in each of the embedded default's ~60 Python jobs.
+    garbage collection of every imported module, which after torch, transformers and MLflow is a large
+    share of a short job's CPU time, paid by every Python job of a workflow (bench/startup.py's whole-run
+    table measures it; docs/performance.md).
     Files are written atomically and closed by the code that writes them, so none is left to
     finalisation. Only ``python -m balagg`` exits this way; :func:`main` returns normally.
     Under a profiler or tracer (``python -m cProfile -m balagg ...``), which writes its results after

@@ -1,7 +1,8 @@
 """A local fork server for ``python -m balagg`` jobs: import the heavy stack once, fork one child per job.
 
-Why: a workflow job of the embedded default does 2-20 CPU s of work after 3-10 CPU s of importing
-torch, transformers, TRL and MLflow (README, Benchmarks), in each of its ~80 Python jobs. Under
+Why: a workflow job of the embedded default does about as much work as it spends importing torch,
+transformers, TRL and MLflow, in every one of its Python jobs (bench/startup.py measures the start-up,
+bench/demo.py a campaign's served jobs; docs/performance.md). Under
 ``python -m balagg jobserver -- COMMAND`` (what ``make demo`` runs around Snakemake), every
 ``python -m balagg ARGS`` that COMMAND starts, however deep, hands its work to a child forked from a
 process that has imported those packages already. The job runs the same ``balagg.cli.main(ARGS)`` as
@@ -66,8 +67,8 @@ PRELOAD: tuple[str, ...] = (
 )
 """Modules imported before the first fork: what the train, generate, score and track commands import
 before their first useful work (bench/startup.py), and MLflow's SQLAlchemy store, which MLflow imports
-only when a job first opens the tracking database (SQLAlchemy, Alembic and MLflow's tables: about 1 CPU s
-of each train and track job). One that is not installed is skipped."""
+only when a job first opens the tracking database (SQLAlchemy, Alembic and MLflow's tables, otherwise
+imported again by each train and track job). One that is not installed is skipped."""
 
 THREAD_ENV: tuple[str, ...] = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")

@@ -194,7 +194,7 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     ``checkpoint`` defaults to the one in ``generation.json`` next to the generations; ``step`` to the
     ``step-N`` directory in the output or generations path. ``pool``: a math verifier pool to use (made
     with ``config``'s workers and timeout), so that scoring several checkpoints starts its workers
-    once (each loads the verifier: about 0.75 s); by default one is made for this call."""
+    once (each loads the verifier); by default one is made for this call."""
     config = config or ScoreConfig()
     generations, benchmarks_dir, out_dir = Path(generations), Path(benchmarks_dir), Path(out_dir)
     if not generations.is_file():

@@ -3,8 +3,8 @@
 Each worker is a process that imports the verifier once and answers one request at a time over a pipe.
 
 How a worker starts: on Linux, while the calling process has a single thread, it is *forked*. It then
-shares what is imported already (math-verify and sympy), which makes a start cost about 0.2 CPU s
-instead of 0.75 for a fresh interpreter (measured on a 2-core machine). A forked worker resets its
+shares what is imported already (math-verify and sympy), so a start costs a fraction of a fresh
+interpreter's, which imports them again. A forked worker resets its
 signal handlers to a fresh interpreter's. It also asks to die with its parent (PR_SET_PDEATHSIG): it
 holds a copy of the parent's end of every pipe, its own included, so it would never see its parent's
 death as the end of its pipe. Otherwise, where another thread might hold a lock that the child would

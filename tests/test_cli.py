@@ -70,3 +70,31 @@ def test_python_m_balagg_keeps_its_exit_status_and_output(capsys):
     assert ok.returncode == 0 and ok.stdout == capsys.readouterr().out  # every line reached the pipe
     bad = run_cli("weights", "--rewards", "1,0", "--lengths", "5,6,7")
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
+
+
+def test_a_live_thread_pool_does_not_keep_the_finished_command_alive():
+    """An idle ThreadPoolExecutor nobody shut down (vLLM and transformers keep some) ends as at Python's own
+    exit: its worker threads are woken and joined, and the process exits within seconds."""
+    script = """
+from concurrent.futures import ThreadPoolExecutor
+from balagg.cli import exit_without_teardown
+pool = ThreadPoolExecutor(max_workers=2)
+assert pool.submit(sum, [1, 2]).result() == 3  # the pool is live, its workers idle
+exit_without_teardown(0)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_thread_that_never_ends_is_named_and_left_behind_after_the_grace():
+    """A non-daemon thread still running after the grace period does not hold the finished job (and its
+    GPUs) until the scheduler's time limit: it is named on stderr and the process exits with its status."""
+    script = """
+import threading
+from balagg.cli import exit_without_teardown
+threading.Thread(target=threading.Event().wait, name="stuck-engine-thread").start()
+exit_without_teardown(4, thread_grace_s=1.0)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 4
+    assert "stuck-engine-thread" in result.stderr and "\n" not in result.stderr.strip()

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import NoReturn
 
 from balagg import __version__
@@ -55,26 +56,38 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def exit_without_teardown(code: int) -> NoReturn:
+THREAD_GRACE_S = 30.0
+"""How long :func:`exit_without_teardown` waits for non-daemon threads before leaving them behind."""
+
+
+def exit_without_teardown(code: int, thread_grace_s: float = THREAD_GRACE_S) -> NoReturn:
     """End the process with ``code`` as the interpreter's own exit would, minus its module teardown.
 
-    What a normal exit does that matters is done here, in the interpreter's order: wait for the
-    non-daemon threads, run the ``atexit`` handlers (logging's shutdown, multiprocessing's worker
-    clean-up, MLflow's flush of queued points), flush stdout and stderr. What is skipped is the
-    garbage collection of every imported module, which after torch, transformers and MLflow is a large
-    share of a short job's CPU time, paid by every Python job of a workflow (bench/startup.py's whole-run
-    table measures it; docs/performance.md).
-    Files are written atomically and closed by the code that writes them, so none is left to
-    finalisation. Only ``python -m balagg`` exits this way; :func:`main` returns normally.
+    What a normal exit does that matters is done here, in the interpreter's order
+    (``threading._shutdown``, then ``atexit``): run the threading module's exit hooks, which wake and
+    join the idle workers of every live ``concurrent.futures`` thread pool (vLLM and transformers keep
+    some, never shut down); wait for the non-daemon threads; run the ``atexit`` handlers (logging's
+    shutdown, multiprocessing's worker clean-up, MLflow's flush of queued points); flush stdout and
+    stderr. What is skipped is the garbage collection of every imported module, which after torch,
+    transformers and MLflow costs up to 2.5-3 CPU s per process (bench/startup.py's whole-run table; a
+    train job of the embedded default spent 3 s between its manifest and its exit), in each of the
+    embedded default's ~60 Python jobs. Files are written atomically and closed by the code that writes
+    them, so none is left to finalisation. Only ``python -m balagg`` exits this way; :func:`main`
+    returns normally.
+
+    One difference from the interpreter: threads still running ``thread_grace_s`` after the hooks
+    started (a pool worker stuck in a task, a library thread that never ends) are named in one line on
+    stderr and left behind, where Python would wait for them forever; the command's work is done by
+    then, and a job that hangs after it holds its GPUs until the scheduler's time limit.
     Under a profiler or tracer (``python -m cProfile -m balagg ...``), which writes its results after
     the program, the exit is the ordinary one.
     """
     if sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(code)
-    main_thread = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main_thread and not thread.daemon:
-            thread.join()
+    left = _wait_for_threads(time.monotonic() + thread_grace_s)
+    if left:
+        print(f"warning: exiting with status {code} although {len(left)} thread(s) still run after "
+              f"{thread_grace_s:g} s: {', '.join(left)}", file=sys.stderr)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -82,3 +95,28 @@ def exit_without_teardown(code: int) -> NoReturn:
         except (OSError, ValueError):  # a closed pipe or stream: nothing left to deliver
             pass
     os._exit(code)
+
+
+def _wait_for_threads(deadline: float) -> list[str]:
+    """Run the threading module's exit hooks, then join the non-daemon threads, until ``deadline``
+    (``time.monotonic()``); the names of the threads still alive then."""
+    hooks = threading.Thread(target=_run_thread_exit_hooks, name="balagg-exit-hooks", daemon=True)
+    hooks.start()
+    hooks.join(max(0.0, deadline - time.monotonic()))
+    main_thread, current = threading.main_thread(), threading.current_thread()
+    left = []
+    for thread in threading.enumerate():
+        if thread in (main_thread, current, hooks) or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            left.append(thread.name)
+    return left
+
+
+def _run_thread_exit_hooks() -> None:
+    """What ``threading._shutdown`` runs before it joins threads (``threading._register_atexit``:
+    ``concurrent.futures`` wakes its idle workers with a stop marker and joins them), last registered
+    first. Run in a daemon thread, so a hook blocked on a busy worker cannot hold the exit past the grace."""
+    for hook in reversed(list(getattr(threading, "_threading_atexits", ()))):
+        hook()

@@ -49,6 +49,7 @@ from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, uns
 
 from balagg.aggregation import (DEFAULT_SCOPES, MICRO_BATCH_RULES, aggregation_weights, canonical_rule,
                                 length_diagnostics)
+from balagg.train.sampler import EpochRepeatSampler
 
 
 def importance_sampling_masked_counts(ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -151,6 +152,27 @@ class AggregatedGRPOTrainer(GRPOTrainer):
             return float(processes * self.args.per_device_train_batch_size * self.max_completion_length
                          * self.args.gradient_accumulation_steps)
         return float(processes * self.args.per_device_eval_batch_size * self.max_completion_length)
+
+    # ---- the prompt order: a function of (seed, epoch), also after a resume ----------------------------
+
+    def _get_train_sampler(self, dataset: Any = None) -> EpochRepeatSampler:
+        """TRL's sampler layout (each prompt ``num_generations`` times, each generation batch repeated
+        ``num_iterations * steps_per_generation`` times) with an epoch-determined order
+        (:class:`~balagg.train.sampler.EpochRepeatSampler`), kept as ``self.train_sampler``."""
+        self.train_sampler = EpochRepeatSampler(
+            self.train_dataset if dataset is None else dataset, mini_repeat_count=self.num_generations,
+            batch_size=self.args.generation_batch_size // self.num_generations,
+            repeat_count=self.num_iterations * self.args.steps_per_generation, shuffle=self.shuffle_dataset,
+            seed=self.args.seed)
+        return self.train_sampler
+
+    def _run_epoch(self, *args: Any, epoch: int, **kwargs: Any) -> Any:
+        """Every epoch, also the one a resume starts in, iterates the sampler at its own epoch: accelerate's
+        ``set_epoch`` does not reach a sampler behind a resume's skip wrapper over a process shard."""
+        sampler = getattr(self, "train_sampler", None)
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        return super()._run_epoch(*args, epoch=epoch, **kwargs)
 
     # ---- the generation batch: order, weights, split ------------------------------------------------
 

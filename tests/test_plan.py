@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+import importlib.util
+import math
+import random
+
 import pytest
 import yaml
 
 from balagg.cli import main
 from balagg.commands.plan import load_config
-from balagg.plan import plan_lines
+from balagg.padding import CompletionLengths
+from balagg.plan import MEASURED_RATE, model_figures, plan_lines
 from test_workflow import REPO, snakemake, workdir  # noqa: F401  (workdir is a fixture)
 
 SMALL = {
     "campaign": "small",
     "seeds": [0],
     "aggregators": ["seq-agg", "balanced-agg"],
-    "models": {"m1": {"path": "Org/M1", "train_resources": {"gpus": 2, "runtime": 60},
+    "models": {"m1": {"path": "Org/M1", "train_resources": {"gpus": 2, "runtime": 60, "mem_mb": 30000},
                       "generate_resources": {"gpus": 1}}},
     "datasets": {"d1": {"loader": "dapo-math-17k", "source": "Org/D1"}},
     "benchmarks": {"math500": "Org/B1", "aime24": "Org/B2"},
     "train": {"total_steps": 8, "mini_batches": 2, "num_iterations": 1, "prompts_per_step": 4,
-              "num_generations": 2, "max_completion_length": 100, "eval_every": 4},
+              "num_generations": 2, "micro_batch_size": 2, "max_prompt_length": 20, "max_completion_length": 100,
+              "eval_every": 4},
     "eval": {"n": 8, "max_tokens": 50},
-    "plan": {"completion_fraction": 0.5, "train_tokens_per_s_per_gpu": 0.1, "generate_tokens_per_s_per_gpu": 1.0,
+    "plan": {"completion_fraction": 0.5, "prompt_tokens": 10, "forward_backward_tokens_per_s_per_gpu": 1.0,
+             "rollout_tokens_per_s_per_gpu": 0.1, "generate_tokens_per_s_per_gpu": 1.0, "parameters": 1e6,
              "bench_problems": {"math500": 10, "aime24": 5}},
 }
 
@@ -38,15 +45,93 @@ def test_plan_arithmetic_by_hand(small):
     initial, cell, _ = lines
     # 8 steps / (2 mini-batches x 1 iteration) = 4 rollout batches x 4 prompts x 2 responses x 0.5 x 100 tokens
     assert cell.train_tokens == 4 * 4 * 2 * 0.5 * 100 == 1600
+    # a micro-batch of 2 rows is as wide as its prompt part plus its longer completion
+    width = 10 + CompletionLengths(100, 0.5).expected_max(2)
+    assert cell.padded_tokens == pytest.approx(4 * 4 * 2 * width)
+    # sampling at the rollout rate, then a log-prob forward pass (2 mini-batches: old log-probs) and a forward
+    # + backward pass over the padded tokens
+    assert cell.train_gpu_hours == pytest.approx((1600 / 0.1 + 32 * width * (1 + 0.25) / 1.0) / 3600)
+    assert cell.train_wall_hours == pytest.approx(cell.train_gpu_hours / 2)  # 2 GPUs per train job
     # checkpoints 4 and 8; each: n 8 x 15 problems x 0.5 x 50 tokens
     assert cell.jobs == {"train": 1, "generate": 2, "score": 2}
     assert cell.eval_tokens == 2 * 8 * 15 * 25 and initial.eval_tokens == 3000
-    assert cell.train_gpu_hours == pytest.approx(1600 / 0.1 / 3600)
-    assert cell.train_wall_hours == pytest.approx(1600 / 0.1 / 3600 / 2)  # 2 GPUs per train job
     assert cell.eval_gpu_hours == pytest.approx(6000 / 1.0 / 3600)
     assert (cell.train_gpus, cell.generate_gpus, cell.train_runtime_hours) == (2, 1, 1.0)
     assert total.jobs == {"prepare_data": 3, "train": 2, "generate": 5, "score": 5}
     assert total.train_tokens == 3200 and total.eval_tokens == 2 * 6000 + 3000
+
+
+def test_completion_width_is_the_expected_longest_of_a_micro_batch():
+    """The length model (balagg.padding): clipped exponential lengths with the stated mean; its expected
+    longest of m rows against the closed form and a seeded Monte Carlo draw."""
+    lengths = CompletionLengths(8192, 0.3)
+    mu, t = 8192 / lengths.ratio, lengths.ratio
+    assert mu * -math.expm1(-t) == pytest.approx(0.3 * 8192)
+    assert lengths.expected_max(1) == pytest.approx(0.3 * 8192)
+    closed = mu * sum((-1) ** (k + 1) * math.comb(4, k) * -math.expm1(-k * t) / k for k in range(1, 5))
+    assert lengths.expected_max(4) == pytest.approx(closed, rel=1e-9)
+    draw = random.Random(0)
+    sample = [max(min(draw.expovariate(1 / mu), 8192) for _ in range(4)) for _ in range(100_000)]
+    assert lengths.expected_max(4) == pytest.approx(sum(sample) / len(sample), rel=0.01)
+    assert lengths.truncated_share == pytest.approx(sum(min(draw.expovariate(1 / mu), 8192) == 8192
+                                                        for _ in range(100_000)) / 100_000, abs=0.005)
+    assert 0.3 * 8192 < lengths.expected_max(4) < lengths.expected_max(1024) <= 8192
+    assert CompletionLengths(100, 1.0).expected_max(4) == 100  # every response truncated
+
+
+def test_the_forward_backward_rate_is_the_quantity_gpu_smoke_measures():
+    """The plan's forward+backward rate counts every column of a batch (prompt and completion) through one
+    forward + backward pass per GPU: bench/gpu_smoke.py's probe reports that under the key the plan names."""
+    spec = importlib.util.spec_from_file_location("gpu_smoke", REPO / "bench" / "gpu_smoke.py")
+    gpu_smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_smoke)
+    file, step, key = MEASURED_RATE
+    assert file == "gpu_smoke.json" and step == "probe-7b"
+    figures = gpu_smoke.probe("dry-7b", 16, 48, "cpu", repeats=1)
+    assert figures[key] == pytest.approx((16 + 48) / figures["seconds_per_pass"], rel=0.01)
+    assert figures["gradient_checkpointing"] is True  # the plan's forward-only share assumes it
+
+
+def test_checkpoint_disk_per_cell_and_in_total(small):
+    """Eval checkpoints in bf16 (2 B/parameter, trained steps only), resumable state 12 B/parameter, kept
+    keep_checkpoints times plus one while saving; the total adds every cell and the model's snapshot."""
+    lines, total = plan_lines(load_config([str(small)]))
+    initial, cell, _ = lines
+    # 2 eval checkpoints x 1e6 x 2 B + (2 kept + 1) x 1e6 x 12 B
+    assert cell.disk_bytes == 2 * 2e6 + 3 * 12e6
+    assert initial.disk_bytes == 2e6
+    assert total.disk_bytes == 2 * cell.disk_bytes + 2e6
+
+
+def test_printed_plan_states_widths_disk_memory_and_job_limits(small, tmp_path, capsys):
+    assert main(["plan", "--configfile", str(small)]) == 0
+    printed = capsys.readouterr().out
+    width = CompletionLengths(100, 0.5).expected_max(2)
+    assert f"micro-batch width: prompt 10 + completion {width:,.0f} (expected longest of 2)" in printed
+    assert "gpu_smoke.json/probe-7b/tokens_per_s" in printed
+    assert "= 0.0 GB per cell" in printed and "total disk: 0.1 GB" in printed
+    # 2 ranks x (1e6 x 4 B + 10 GB) = 20 GB, within the 30000 MB asked
+    assert "train job host memory (load path): 2 ranks x (0.00G x 4 B + 10 GB) = 20.0 GB" in printed
+    assert "SHORT" not in printed
+    # evaluation job: 3000 tokens / 1 token/s = 0.83 h, within the default 1 h
+    assert "evaluation job: 0.83 h at the generate rate (limit 1 h" in printed and "outlasts generate" not in printed
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(yaml.safe_dump({"plan": {"generate_tokens_per_s_per_gpu": 0.5},
+                                    "models": {"m1": {"train_resources": {"mem_mb": 10000}}}}))
+    assert main(["plan", "--configfile", str(small), str(slow)]) == 0
+    printed = capsys.readouterr().out
+    assert "evaluation job: 1.67 h" in printed and "OVER: an evaluation job outlasts" in printed
+    assert "asks 10.0 GB SHORT" in printed and "SHORT: train_resources.mem_mb is below" in printed
+
+
+def test_paper_grid_evaluation_fits_and_train_memory_is_sized_from_the_load_path():
+    """configs/paper.yaml: each model's evaluation job fits its runtime at the plan's rate, and a train job
+    asks for the load path's host memory with a margin, not a whole node's."""
+    config = load_config([str(REPO / "configs" / "paper.yaml")])
+    for model in config["models"]:
+        figures = model_figures(config, model)
+        assert figures.eval_job_hours < figures.generate_runtime_hours, model
+        assert figures.train_host_bytes <= figures.train_mem_bytes <= 1.5 * figures.train_host_bytes, model
 
 
 def test_tiny_models_are_planned_on_their_own_familys_benchmarks(tmp_path, capsys):
@@ -73,6 +158,7 @@ def test_tiny_models_are_planned_on_their_own_familys_benchmarks(tmp_path, capsy
     printed = capsys.readouterr().out
     assert "benchmark problems (walker): aime24 16, math500 16" in printed
     assert "benchmark problems (chainer): aime24 48, math500 48" in printed
+    assert "disk and host memory: not estimated (set plan.models.walker.parameters)" in printed
 
 
 def test_later_files_override_and_per_model_rates_win(small, tmp_path, capsys):
@@ -84,8 +170,8 @@ def test_later_files_override_and_per_model_rates_win(small, tmp_path, capsys):
     lines, total = plan_lines(load_config([str(small), str(more)]))
     assert lines[1].train_tokens == 8 * 4 * 2 * 0.25 * 100  # 8 rollout batches, a quarter of the length
     assert lines[1].jobs["generate"] == 4  # checkpoints 4, 8, 12, 16
-    assert "m1/d1/balanced-agg/seed0" in printed and "OVER" in printed  # 2.2 h on 2 GPUs > the 1 h limit
-    assert "m1: completion_fraction 0.25, train 0.1 tokens/s/GPU" in printed
+    assert "m1/d1/balanced-agg/seed0" in printed and "OVER" in printed  # 2.3 h on 2 GPUs > the 1 h limit
+    assert "m1: completion_fraction 0.25 of 100" in printed and "forward+backward 1 padded tokens/s" in printed
 
 
 def test_bad_plans_are_one_line_errors(small, tmp_path, capsys):
@@ -100,6 +186,13 @@ def test_bad_plans_are_one_line_errors(small, tmp_path, capsys):
     bad.write_text(yaml.safe_dump({**SMALL, "plan": {"completion_fraction": 2}}))
     assert main(["plan", "--configfile", str(bad)]) == 2
     assert "2 is greater than the maximum of 1 at instance['plan']['completion_fraction']" in capsys.readouterr().err
+    bad.write_text(yaml.safe_dump({**SMALL, "plan": {"prompt_tokens": 50}}))  # max_prompt_length is 20
+    assert main(["plan", "--configfile", str(bad)]) == 2
+    assert "prompt_tokens of m1 must be in [1, max_prompt_length=20], got 50" in capsys.readouterr().err
+    # the former all-in-one train rate is not silently ignored
+    bad.write_text(yaml.safe_dump({**SMALL, "plan": {"train_tokens_per_s_per_gpu": 1500}}))
+    assert main(["plan", "--configfile", str(bad)]) == 2
+    assert "'train_tokens_per_s_per_gpu' was unexpected" in capsys.readouterr().err
 
 
 def test_the_plan_rule_writes_what_the_command_prints(workdir):  # noqa: F811

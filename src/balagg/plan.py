@@ -1,30 +1,77 @@
-"""A campaign's cost before it runs: jobs, GPUs, tokens generated and GPU-hours, per cell and in total.
+"""A campaign's cost before it runs: jobs, GPUs, tokens, GPU-hours, disk and memory, per cell and in total.
 
 Everything follows from the workflow config (the merged ``--configfile`` files) and the ``plan`` section's
-stated assumptions; nothing is measured here. Per cell (model x dataset x aggregator x seed):
+stated assumptions; nothing is measured here. Per cell (model x dataset x aggregator x seed), with ``G``
+responses per prompt, ``P`` prompts per rollout batch, ``L`` the completion budget and ``f`` the
+``completion_fraction``:
 
-    rollout batches   R = ceil(total_steps / (mini_batches * num_iterations))
-    train tokens      T = R * prompts_per_step * num_generations * f * max_completion_length
-    eval checkpoints  K = the trained checkpoints (every eval_every and the last; step 0 is the model's)
-    eval tokens       E = K * n * (sum of problems over the benchmarks) * f * eval.max_tokens
-    GPU-hours         T / v_train / 3600   and   E / v_generate / 3600
-    wall hours        GPU-hours / GPUs per job (train: one job; evaluation: per checkpoint job)
+    rollout batches     R = ceil(total_steps / (mini_batches * num_iterations))
+    generated tokens    T = R * P * G * f * L                    (train tokens: what the rollouts sample)
+    micro-batch width   w = prompt_tokens + E[longest of m completions]     (m = micro_batch_size)
+    padded tokens       D = R * P * G * w                        (what one forward/backward pass computes)
+    train GPU-seconds   T / v_rollout + D * (num_iterations + a/4) / v_fb
+    eval checkpoints    K = the trained checkpoints (every eval_every and the last; step 0 is the model's)
+    eval tokens         E = K * n * (sum of problems over the benchmarks) * f * eval.max_tokens
+    eval GPU-seconds    E / v_generate
+    wall hours          GPU-hours / GPUs per job (train: one job; evaluation: per checkpoint job)
 
-``f`` (``completion_fraction``) is the expected completion length as a fraction of the maximum, ``v`` the
-tokens generated per second per GPU: for a train job all its work (rollouts, log-probs, backward,
-optimiser) divided by the tokens it generates; for a generate job the sampling rate. Each model's step 0
-is evaluated once (``initial``). ``bench_problems`` gives a benchmark's size where the data registry
-has none (LiveCodeBench's window) or to plan a subset.
+Training trims each micro-batch to its own widest row (its longest prompt, its longest completion), so a
+micro-batch of ``m`` rows computes ``m * w`` tokens; ``E[longest of m]`` comes from the stated length model
+of :mod:`balagg.padding` (clipped exponential with mean ``f * L``). ``prompt_tokens`` is the expected
+width of a micro-batch's prompt part (default ``max_prompt_length``, an upper bound). ``a`` is 1 when TRL
+runs a log-prob forward pass over the rollout batch before training on it (old log-probs:
+``mini_batches * num_iterations > 1``, or vLLM rollouts with the importance-sampling correction); a
+forward pass alone is taken as a quarter of a forward + backward with gradient checkpointing (forward,
+recomputed forward, backward twice the forward). Not modelled: optimiser steps, weight syncs to the
+engine, reward verification, checkpoint writes and job start-up.
+
+Rates, per GPU (``plan`` section; ``plan.models.<name>`` overrides):
+
+- ``forward_backward_tokens_per_s_per_gpu`` (``v_fb``): padded tokens (every column of a micro-batch,
+  prompt and completion, padding included) through one forward + backward pass with gradient
+  checkpointing per second -- the quantity ``bench/gpu_smoke.sh`` measures as ``tokens_per_s`` of its
+  ``probe-7b`` step in ``gpu_smoke.json`` (:data:`MEASURED_RATE`, at the full width prompt + completion);
+- ``rollout_tokens_per_s_per_gpu`` (``v_rollout``): tokens sampled per second by the train job's
+  colocated engine over a whole rollout batch (its wait for the longest responses included);
+- ``generate_tokens_per_s_per_gpu`` (``v_generate``): tokens sampled per second in an evaluation job.
+
+Disk, with ``N`` = ``parameters`` (stated per model) and ``keep`` = ``keep_checkpoints``:
+
+    eval checkpoints    K * N * 2 bytes            (bf16 weights, steps > 0; all kept)
+    resumable state     N * 12 bytes each          (fp32 weights + AdamW's two fp32 moments, sharded over
+                                                    the ranks; ``keep`` kept, one more while saving)
+    per cell            K * N * 2 + (keep + 1) * N * 12    (its peak, at its last save)
+    initial model       N * 2 bytes                (the hub snapshot, bf16)
+
+The total is the sum: every cell at its peak at once, the grid's upper bound. Host memory of a train job
+(its load path, the largest): every rank materialises the whole model in fp32 on the host before FSDP
+shards it (transformers loads it on each rank, zeros on all but the first when accelerate's RAM-efficient
+loading is on), beside its own process (CUDA context, libraries, the colocated vLLM engine, the dataset):
+
+    train host memory   ranks * (N * 4 bytes + HOST_BYTES_PER_RANK)
+
+Each model's step 0 is evaluated once (``initial``). ``bench_problems`` gives a benchmark's size where the
+data registry has none (LiveCodeBench's window) or to plan a subset.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 
 from balagg import contract
 from balagg.data.sources import SOURCES
+from balagg.padding import CompletionLengths
 from balagg.train.config import CellConfig
+
+MEASURED_RATE = ("gpu_smoke.json", "probe-7b", "tokens_per_s")
+"""Where ``forward_backward_tokens_per_s_per_gpu`` is measured: file, step, key (bench/gpu_smoke.py)."""
+FORWARD_SHARE = 0.25  # a forward pass alone, as a share of a forward + backward with gradient checkpointing
+EVAL_BYTES_PER_PARAMETER = 2  # bf16 evaluation checkpoints
+STATE_BYTES_PER_PARAMETER = 12  # fp32 weights + AdamW exp_avg and exp_avg_sq in fp32
+LOAD_BYTES_PER_PARAMETER = 4  # fp32 master weights, materialised on the host by every rank while loading
+HOST_BYTES_PER_RANK = 10e9  # one rank's process besides the weights: CUDA context, libraries, vLLM engine, data
+RESOURCE_DEFAULTS = {"gpus": 0, "mem_mb": 4000, "runtime": 60}  # the workflow's (workflow/rules/common.smk)
 
 
 @dataclass(frozen=True)
@@ -32,8 +79,55 @@ class Rates:
     """The stated assumptions for one model (``plan`` section, ``plan.models.<name>`` overriding)."""
 
     completion_fraction: float = 0.5
-    train_tokens_per_s_per_gpu: float = 1000.0
+    prompt_tokens: int | None = None  # None: max_prompt_length (untrimmed prompts: an upper bound)
+    forward_backward_tokens_per_s_per_gpu: float = 5000.0
+    rollout_tokens_per_s_per_gpu: float = 2000.0
     generate_tokens_per_s_per_gpu: float = 5000.0
+    parameters: float | None = None  # the model's parameter count: disk and host memory (unknown: not estimated)
+
+
+@dataclass(frozen=True)
+class ModelFigures:
+    """What the plan derives once per model: widths, the evaluation job, host memory, checkpoint sizes."""
+
+    model: str
+    rates: Rates
+    lengths: CompletionLengths
+    micro_batch_size: int
+    rank_rows: int  # responses of one rollout batch per train GPU
+    completion_width: float  # expected widest completion of a micro-batch
+    untrimmed_width: float  # expected widest completion of the rank's whole rollout batch (no trimming)
+    logprob_pass: bool  # TRL's old-log-prob forward pass over each rollout batch
+    eval_job_hours: float  # one generation job (one checkpoint, or every checkpoint with eval.jobs: cell)
+    generate_runtime_hours: float
+    train_ranks: int
+    train_mem_bytes: float  # train_resources.mem_mb
+    checkpoints: int  # trained evaluation checkpoints per cell
+    keep_checkpoints: int
+
+    @property
+    def width(self) -> float:
+        return self.rates.prompt_tokens + self.completion_width
+
+    @property
+    def eval_checkpoint_bytes(self) -> float | None:
+        return None if self.rates.parameters is None else self.rates.parameters * EVAL_BYTES_PER_PARAMETER
+
+    @property
+    def state_bytes(self) -> float | None:
+        return None if self.rates.parameters is None else self.rates.parameters * STATE_BYTES_PER_PARAMETER
+
+    @property
+    def cell_disk_bytes(self) -> float | None:
+        if self.rates.parameters is None:
+            return None
+        return self.checkpoints * self.eval_checkpoint_bytes + (self.keep_checkpoints + 1) * self.state_bytes
+
+    @property
+    def train_host_bytes(self) -> float | None:
+        if self.rates.parameters is None:
+            return None
+        return self.train_ranks * (self.rates.parameters * LOAD_BYTES_PER_PARAMETER + HOST_BYTES_PER_RANK)
 
 
 @dataclass
@@ -44,18 +138,21 @@ class Line:
     jobs: dict[str, int]
     train_gpus: int = 0
     generate_gpus: int = 0
-    train_tokens: float = 0.0
+    train_tokens: float = 0.0  # generated in rollouts
+    padded_tokens: float = 0.0  # through one forward + backward pass (micro-batches at their own width)
     eval_tokens: float = 0.0
     train_gpu_hours: float = 0.0
     eval_gpu_hours: float = 0.0
     train_wall_hours: float = 0.0  # one train job
     train_runtime_hours: float | None = None  # the job's configured limit
+    disk_bytes: float | None = 0.0  # None: unknown (no parameter count)
 
     def add(self, other: Line) -> None:
         for key, count in other.jobs.items():
             self.jobs[key] = self.jobs.get(key, 0) + count
-        for name in ("train_tokens", "eval_tokens", "train_gpu_hours", "eval_gpu_hours"):
+        for name in ("train_tokens", "padded_tokens", "eval_tokens", "train_gpu_hours", "eval_gpu_hours"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.disk_bytes = None if None in (self.disk_bytes, other.disk_bytes) else self.disk_bytes + other.disk_bytes
 
 
 def model_rates(config: dict, model: str) -> Rates:
@@ -68,8 +165,12 @@ def model_rates(config: dict, model: str) -> Rates:
     rates = Rates(**values)
     if not 0 < rates.completion_fraction <= 1:
         raise ValueError(f"plan: completion_fraction of {model} must be in (0, 1], got {rates.completion_fraction}")
-    if rates.train_tokens_per_s_per_gpu <= 0 or rates.generate_tokens_per_s_per_gpu <= 0:
+    speeds = (rates.forward_backward_tokens_per_s_per_gpu, rates.rollout_tokens_per_s_per_gpu,
+              rates.generate_tokens_per_s_per_gpu)
+    if min(speeds) <= 0:
         raise ValueError(f"plan: tokens per second of {model} must be positive")
+    if rates.parameters is not None and rates.parameters <= 0:
+        raise ValueError(f"plan: parameters of {model} must be positive, got {rates.parameters}")
     return rates
 
 
@@ -100,8 +201,8 @@ def _train_settings(config: dict, model: str) -> dict:
     return {**defaults, **config["train"], **config["models"][model].get("train", {})}
 
 
-def _resources(config: dict, model: str, key: str) -> dict:
-    return config["models"][model].get(key, {})
+def _resource(config: dict, model: str, rule_key: str, key: str):
+    return config["models"][model].get(rule_key, {}).get(key, RESOURCE_DEFAULTS[key])
 
 
 def _prepare_jobs(config: dict) -> int:
@@ -113,39 +214,78 @@ def _prepare_jobs(config: dict) -> int:
     return sum(len(families) if source == contract.TINYWORLD_SOURCE else 1 for source in sources)
 
 
-def plan_lines(config: dict) -> tuple[list[Line], Line]:
-    """Per-cell and per-model-initial lines, and the total (module docstring)."""
+def logprob_pass(train: dict) -> bool:
+    """Whether TRL computes old log-probs with a forward pass over each rollout batch: its condition
+    ``gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0`` (with balagg's
+    ``steps_per_generation = gradient_accumulation_steps * mini_batches``) or vLLM's importance correction."""
+    return (train["mini_batches"] * train["num_iterations"] > 1
+            or bool(train["use_vllm"] and train["vllm_importance_sampling_correction"]))
+
+
+def per_checkpoint_eval_tokens(config: dict, model: str, rates: Rates) -> float:
     evaluation = config.get("eval", {})
     n, eval_max = evaluation.get("n", 8), evaluation.get("max_tokens", 8192)
+    return n * sum(bench_problems(config, model).values()) * rates.completion_fraction * eval_max
+
+
+def model_figures(config: dict, model: str) -> ModelFigures:
+    """The per-model quantities of the module docstring."""
+    rates = model_rates(config, model)
+    train = _train_settings(config, model)
+    if rates.prompt_tokens is None:
+        rates = replace(rates, prompt_tokens=train["max_prompt_length"])
+    if not 1 <= rates.prompt_tokens <= train["max_prompt_length"]:
+        raise ValueError(f"plan: prompt_tokens of {model} must be in [1, max_prompt_length="
+                         f"{train['max_prompt_length']}], got {rates.prompt_tokens}")
+    train_gpus = max(_resource(config, model, "train_resources", "gpus"), 1)
+    generate_gpus = max(_resource(config, model, "generate_resources", "gpus"), 1)
+    lengths = CompletionLengths(train["max_completion_length"], rates.completion_fraction)
+    rank_rows = math.ceil(train["prompts_per_step"] * train["num_generations"] / train_gpus)
+    checkpoints = len([s for s in CellConfig.checkpoint_steps_of(train["total_steps"], train["eval_every"]) if s > 0])
+    per_job = checkpoints if config.get("eval", {}).get("jobs") == "cell" else 1
+    eval_seconds = per_job * per_checkpoint_eval_tokens(config, model, rates) / rates.generate_tokens_per_s_per_gpu
+    return ModelFigures(
+        model=model, rates=rates, lengths=lengths, micro_batch_size=train["micro_batch_size"], rank_rows=rank_rows,
+        completion_width=lengths.expected_max(train["micro_batch_size"]),
+        untrimmed_width=lengths.expected_max(rank_rows), logprob_pass=logprob_pass(train),
+        eval_job_hours=eval_seconds / generate_gpus / 3600,
+        generate_runtime_hours=_resource(config, model, "generate_resources", "runtime") / 60,
+        train_ranks=train_gpus, train_mem_bytes=_resource(config, model, "train_resources", "mem_mb") * 1e6,
+        checkpoints=checkpoints, keep_checkpoints=train["keep_checkpoints"])
+
+
+def plan_lines(config: dict) -> tuple[list[Line], Line]:
+    """Per-cell and per-model-initial lines, and the total (module docstring)."""
     lines = []
     for model in config["models"]:
-        rates = model_rates(config, model)
-        problems = sum(bench_problems(config, model).values())
-        train = _train_settings(config, model)
-        train_gpus = _resources(config, model, "train_resources").get("gpus", 0)
-        generate_gpus = _resources(config, model, "generate_resources").get("gpus", 0)
-        runtime = _resources(config, model, "train_resources").get("runtime")
-        per_checkpoint = n * problems * rates.completion_fraction * eval_max
-        steps = CellConfig.checkpoint_steps_of(train["total_steps"], train["eval_every"])
-        checkpoints = len([s for s in steps if s > 0])
-        cycle = train["mini_batches"] * train["num_iterations"]
-        rollouts = math.ceil(train["total_steps"] / cycle)
-        train_tokens = (rollouts * train["prompts_per_step"] * train["num_generations"]
-                        * rates.completion_fraction * train["max_completion_length"])
-        train_hours = train_tokens / rates.train_tokens_per_s_per_gpu / 3600
+        figures = model_figures(config, model)
+        rates, train = figures.rates, _train_settings(config, model)
+        train_gpus = _resource(config, model, "train_resources", "gpus")
+        generate_gpus = _resource(config, model, "generate_resources", "gpus")
+        runtime = config["models"][model].get("train_resources", {}).get("runtime")
+        per_checkpoint = per_checkpoint_eval_tokens(config, model, rates)
+        rollouts = math.ceil(train["total_steps"] / (train["mini_batches"] * train["num_iterations"]))
+        responses = rollouts * train["prompts_per_step"] * train["num_generations"]
+        train_tokens = responses * figures.lengths.mean
+        padded_tokens = responses * figures.width
+        passes = train["num_iterations"] + (FORWARD_SHARE if figures.logprob_pass else 0)
+        train_hours = (train_tokens / rates.rollout_tokens_per_s_per_gpu
+                       + padded_tokens * passes / rates.forward_backward_tokens_per_s_per_gpu) / 3600
         eval_hours = per_checkpoint / rates.generate_tokens_per_s_per_gpu / 3600
+        snapshot = None if rates.parameters is None else rates.parameters * EVAL_BYTES_PER_PARAMETER
         lines.append(Line(f"{model}/initial (step 0)", {"generate": 1, "score": 1}, 0, generate_gpus,
-                          eval_tokens=per_checkpoint, eval_gpu_hours=eval_hours))
+                          eval_tokens=per_checkpoint, eval_gpu_hours=eval_hours, disk_bytes=snapshot))
         for dataset in config["datasets"]:
             for aggregator in config["aggregators"]:
                 for seed in config["seeds"]:
                     lines.append(Line(
                         f"{model}/{dataset}/{aggregator}/seed{seed}",
-                        {"train": 1, "generate": checkpoints, "score": checkpoints}, train_gpus, generate_gpus,
-                        train_tokens=train_tokens, eval_tokens=checkpoints * per_checkpoint,
-                        train_gpu_hours=train_hours, eval_gpu_hours=checkpoints * eval_hours,
+                        {"train": 1, "generate": figures.checkpoints, "score": figures.checkpoints},
+                        train_gpus, generate_gpus, train_tokens=train_tokens, padded_tokens=padded_tokens,
+                        eval_tokens=figures.checkpoints * per_checkpoint, train_gpu_hours=train_hours,
+                        eval_gpu_hours=figures.checkpoints * eval_hours,
                         train_wall_hours=train_hours / max(train_gpus, 1),
-                        train_runtime_hours=runtime / 60 if runtime else None))
+                        train_runtime_hours=runtime / 60 if runtime else None, disk_bytes=figures.cell_disk_bytes))
     total = Line("total", {"prepare_data": _prepare_jobs(config)})
     for line in lines:
         total.add(line)
@@ -159,36 +299,81 @@ def _tokens(value: float) -> str:
     return f"{value:.0f}"
 
 
+def _gigabytes(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e9:,.1f}"
+
+
+def _model_notes(figures: ModelFigures) -> list[str]:
+    """The per-model assumptions and derived figures printed under the table."""
+    rates, lengths = figures.rates, figures.lengths
+    notes = [
+        f"  {figures.model}: completion_fraction {rates.completion_fraction} of {lengths.max_length} "
+        f"({lengths.truncated_share:.1%} truncated under the length model); rates per GPU: forward+backward "
+        f"{rates.forward_backward_tokens_per_s_per_gpu:g} padded tokens/s, rollout "
+        f"{rates.rollout_tokens_per_s_per_gpu:g} and generate {rates.generate_tokens_per_s_per_gpu:g} sampled tokens/s",
+        f"    micro-batch width: prompt {rates.prompt_tokens} + completion {figures.completion_width:,.0f} "
+        f"(expected longest of {figures.micro_batch_size}) = {figures.width:,.0f} tokens; untrimmed, every "
+        f"micro-batch would be {rates.prompt_tokens} + {figures.untrimmed_width:,.0f} (the longest of a rank's "
+        f"{figures.rank_rows} responses); log-prob forward pass per rollout batch: "
+        + ("yes" if figures.logprob_pass else "no"),
+    ]
+    over = " OVER" if figures.eval_job_hours > figures.generate_runtime_hours else ""
+    notes.append(f"    evaluation job: {figures.eval_job_hours:.2f} h at the generate rate "
+                 f"(limit {figures.generate_runtime_hours:g} h, generate_resources.runtime){over}")
+    if figures.rates.parameters is None:
+        notes.append(f"    disk and host memory: not estimated (set plan.models.{figures.model}.parameters)")
+        return notes
+    parameters = figures.rates.parameters
+    notes.append(f"    checkpoints ({parameters / 1e9:.2f}G parameters): {figures.checkpoints} eval x "
+                 f"{_gigabytes(figures.eval_checkpoint_bytes)} GB (bf16) + ({figures.keep_checkpoints} kept + 1 "
+                 f"while saving) x {_gigabytes(figures.state_bytes)} GB resumable (fp32 weights + AdamW) = "
+                 f"{_gigabytes(figures.cell_disk_bytes)} GB per cell")
+    short = " SHORT" if figures.train_host_bytes > figures.train_mem_bytes else ""
+    notes.append(f"    train job host memory (load path): {figures.train_ranks} ranks x ({parameters / 1e9:.2f}G x "
+                 f"{LOAD_BYTES_PER_PARAMETER} B + {HOST_BYTES_PER_RANK / 1e9:g} GB) = "
+                 f"{_gigabytes(figures.train_host_bytes)} GB; train_resources.mem_mb asks "
+                 f"{_gigabytes(figures.train_mem_bytes)} GB{short}")
+    return notes
+
+
 def format_plan(config: dict) -> str:
     """The plan as a text table with its assumptions (what ``python -m balagg plan`` prints)."""
     lines, total = plan_lines(config)
+    every_model = [model_figures(config, model) for model in config["models"]]
     width = max(len(line.name) for line in [*lines, total])
-    header = (f"{'cell':<{width}}  {'jobs (train/gen/score)':>22}  {'GPUs train/gen':>14}  {'train tokens':>12}  "
-              f"{'eval tokens':>11}  {'train GPU-h':>11}  {'eval GPU-h':>10}  {'train wall h (limit)':>20}")
+    header = (f"{'cell':<{width}}  {'jobs (train/gen/score)':>22}  {'GPUs train/gen':>14}  "
+              f"{'train tokens gen/padded':>23}  {'eval tokens':>11}  {'train GPU-h':>11}  {'eval GPU-h':>10}  "
+              f"{'train wall h (limit)':>20}  {'disk GB':>9}")
     out = [header, "-" * len(header)]
     for line in [*lines, total]:
         jobs = "/".join(str(line.jobs.get(k, 0)) for k in ("train", "generate", "score"))
         gpus = f"{line.train_gpus}/{line.generate_gpus}" if line is not total else ""
+        tokens = f"{_tokens(line.train_tokens)}/{_tokens(line.padded_tokens)}" if line.train_tokens else "0"
         wall = ""
         if line.train_wall_hours and line.train_gpus:
             limit = f"{line.train_runtime_hours:.0f}" if line.train_runtime_hours else "-"
             over = " OVER" if line.train_runtime_hours and line.train_wall_hours > line.train_runtime_hours else ""
             wall = f"{line.train_wall_hours:.1f} ({limit}){over}"
-        out.append(f"{line.name:<{width}}  {jobs:>22}  {gpus:>14}  {_tokens(line.train_tokens):>12}  "
+        out.append(f"{line.name:<{width}}  {jobs:>22}  {gpus:>14}  {tokens:>23}  "
                    f"{_tokens(line.eval_tokens):>11}  {line.train_gpu_hours:>11.1f}  {line.eval_gpu_hours:>10.1f}  "
-                   f"{wall:>20}")
+                   f"{wall:>20}  {_gigabytes(line.disk_bytes):>9}")
     out.append(f"total GPU-hours: {total.train_gpu_hours + total.eval_gpu_hours:.1f} "
                f"(training {total.train_gpu_hours:.1f}, evaluation {total.eval_gpu_hours:.1f}); "
                f"plus {total.jobs['prepare_data']} data jobs, CPU scoring and the analysis")
+    out.append(f"total disk: {_gigabytes(total.disk_bytes)} GB (every cell at its peak, plus each model's hub "
+               "snapshot; the evaluation checkpoints alone stay after training)")
     if any(line.train_runtime_hours and line.train_wall_hours > line.train_runtime_hours for line in lines):
         out.append("OVER: a train job outlasts its runtime limit (train_resources.runtime); it needs resumed jobs")
-    out.append("assumptions (plan section): expected completion = completion_fraction x max length; "
-               "GPU-hours = tokens generated / (tokens/s per GPU) / 3600")
-    for model in config["models"]:
-        rates = model_rates(config, model)
-        out.append(f"  {model}: completion_fraction {rates.completion_fraction}, train "
-                   f"{rates.train_tokens_per_s_per_gpu:g} tokens/s/GPU, generate "
-                   f"{rates.generate_tokens_per_s_per_gpu:g} tokens/s/GPU")
+    if any(f.eval_job_hours > f.generate_runtime_hours for f in every_model):
+        out.append("OVER: an evaluation job outlasts generate_resources.runtime: raise it")
+    if any(f.train_host_bytes is not None and f.train_host_bytes > f.train_mem_bytes for f in every_model):
+        out.append("SHORT: train_resources.mem_mb is below the load path's host memory")
+    out.append("assumptions (plan section; balagg.plan): train GPU-h = generated tokens / rollout rate + padded "
+               f"tokens x (iterations + 1/4 per log-prob pass) / forward+backward rate; forward+backward = "
+               f"{'/'.join(MEASURED_RATE)} (bench/gpu_smoke.sh); eval GPU-h = tokens / generate rate; disk: eval "
+               "checkpoints 2 B/parameter, resumable state 12 B/parameter")
+    for figures in every_model:
+        out += _model_notes(figures)
     sizes = {model: bench_problems(config, model) for model in config["models"]}
     if len({tuple(size.items()) for size in sizes.values()}) == 1:
         sizes = {"": next(iter(sizes.values()))}

@@ -187,6 +187,7 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     from balagg.rewards import MathReward
     from balagg.train.callbacks import CellCallback, StepProgress, restore_verifier_counts, write_verifier_counts
     from balagg.train.deadline import StopGuard, TrainingStopped
+    from balagg.train.precision import apply_policy
     from balagg.train.data import build_prompts
     from balagg.train.trainer import AggregatedGRPOTrainer
 
@@ -253,6 +254,8 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
                          f"{trainer.accelerator.num_processes} processes were launched")
     callback.trainer = guard.trainer = trainer
     distributed = distributed_report(trainer.accelerator, cell.accelerate_config)
+    # before train() shards the model: FSDP2 reduces gradients in fp32 (balagg.train.precision)
+    distributed["mixed_precision_policy"] = apply_policy(trainer.accelerator, cell.accelerate_config)
     log.log(logging.WARNING if distributed["fell_back"] else logging.INFO,
             "distributed: %s on %d %s process(es) (accelerate config asks for %s)%s", distributed["distributed_type"],
             distributed["num_processes"], distributed["device"], distributed["requested"],

@@ -1,0 +1,75 @@
+"""The FSDP2 mixed-precision policy a GPU train job shards with, built without a GPU: the FSDP plugin that
+``accelerate launch --config_file configs/accelerate/fsdp2.yaml`` gives every process (accelerate's own
+launcher code turns the file into the processes' environment), then balagg's policy on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from balagg.train.precision import apply_policy, policy_settings
+
+REPO = Path(__file__).resolve().parents[1]
+FSDP2 = REPO / "configs" / "accelerate" / "fsdp2.yaml"
+
+
+def launched_plugin(config_file: Path, monkeypatch):
+    """The FullyShardedDataParallelPlugin of a process that `accelerate launch --config_file config_file`
+    started on 8 GPUs: accelerate's launcher sets the environment, the Accelerator builds the plugin from it and
+    AcceleratorState sets the config's mixed precision on it (state.py)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.launch import prepare_multi_gpu_env
+
+    args = launch_command_parser().parse_args(["--config_file", str(config_file), "--num_processes", "8", "x.py"])
+    args, _defaults, _from_config = _validate_launch_command(args)
+    env = prepare_multi_gpu_env(args)
+    for key, value in env.items():
+        if key.startswith(("FSDP_", "ACCELERATE_")):
+            monkeypatch.setenv(key, value)
+    plugin = FullyShardedDataParallelPlugin()
+    plugin.set_mixed_precision(env["ACCELERATE_MIXED_PRECISION"])
+    return plugin
+
+
+def test_the_fsdp2_config_reduces_gradients_in_fp32_and_computes_in_bf16(monkeypatch):
+    plugin = launched_plugin(FSDP2, monkeypatch)
+    assert plugin.fsdp_version == 2
+    recorded = apply_policy(SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin)), str(FSDP2))
+    policy = plugin.mixed_precision_policy
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    assert recorded == {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": None,
+                        "cast_forward_inputs": True}
+
+
+def test_accelerate_alone_would_reduce_in_bf16(monkeypatch):
+    """Why the policy is set by balagg: accelerate's own, from the same file, reduces in the compute dtype."""
+    policy = launched_plugin(FSDP2, monkeypatch).mixed_precision_policy
+    assert policy.reduce_dtype == torch.bfloat16
+
+
+def test_without_fsdp_no_policy_is_recorded():
+    """DDP, or accelerate's CPU fallback of an FSDP config: fp32 parameters, fp32 gradients, nothing to record."""
+    assert apply_policy(SimpleNamespace(state=SimpleNamespace()), str(FSDP2)) is None
+    assert policy_settings(REPO / "configs" / "accelerate" / "ddp.yaml") is None
+
+
+@pytest.mark.parametrize("policy, problem", [
+    ("{param_dtype: bf16, reduce_dtype: fp64}", "unknown dtypes"),
+    ("{param_dtype: fp32, reduce_dtype: fp32}", "differs from mixed_precision bf16"),
+    ("{reduce_dtype: fp32}", "must map exactly param_dtype and reduce_dtype"),
+])
+def test_a_bad_policy_is_one_line_naming_the_file(tmp_path, policy, problem):
+    text = FSDP2.read_text()
+    assert "fsdp_mixed_precision_policy:" in text
+    lines = [f"  fsdp_mixed_precision_policy: {policy}" if line.strip().startswith("fsdp_mixed_precision_policy:")
+             else line for line in text.splitlines()]
+    config = tmp_path / "bad.yaml"
+    config.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError) as caught:
+        policy_settings(config)
+    message = str(caught.value)
+    assert str(config) in message and problem in message and "\n" not in message

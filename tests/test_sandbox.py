@@ -53,7 +53,8 @@ def test_call_based_program_with_starter_code(sandbox):
 def test_syntax_error_and_exception_fail(sandbox):
     assert sandbox.run("print(", ADD).reason == "syntax_error"
     assert sandbox.run("raise RuntimeError('no')", ADD).reason == "error"
-    assert sandbox.run("import sys\nsys.exit(3)", ADD).reason == "error"
+    # SystemExit ends a stdin program normally (lcb_runner's rule): what it printed is what counts
+    assert sandbox.run("import sys\nsys.exit(3)", ADD).reason == "wrong_answer"
 
 
 def test_program_can_use_its_work_dir_and_the_stdlib(sandbox):
@@ -85,8 +86,11 @@ def test_a_program_that_waits_without_using_cpu_ends_as_timeout_within_the_wall_
     assert seconds < LIMITS.timeout_s + 3
 
 
+# lcb_runner's guard sets os.fork, os.kill ... to None (the sandbox does too, for equal verdicts); the
+# programs below use posix.* to get past it, as a hostile program would, so the real limits are tested.
+
 def test_fork_bomb_is_contained(sandbox):
-    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    code = "import posix\nwhile True:\n    try:\n        posix.fork()\n    except OSError:\n        pass\n"
     result, seconds = _timed(sandbox, code)
     assert not result.passed and seconds < LIMITS.timeout_s + 3
     time.sleep(0.2)
@@ -104,7 +108,7 @@ def _uid(pid: str) -> int:
 
 
 def test_process_limit_binds(sandbox):
-    code = ("import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = os.fork()\n"
+    code = ("import os, posix, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = posix.fork()\n"
             "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(1)\n        os._exit(0)\n"
             "    n += 1\nprint(n)\n")
     result = sandbox.run(code, [{"input": "", "output": "200", "testtype": "stdin"}])
@@ -151,8 +155,8 @@ def test_cannot_read_the_host_environment(sandbox, monkeypatch):
 
 
 def test_cannot_kill_the_evaluator(sandbox):
-    code = (f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGKILL)\n"
-            "os.killpg(0, signal.SIGKILL)\nprint(3)\n")
+    code = (f"import os, posix, signal\nposix.kill({os.getpid()}, signal.SIGKILL)\n"
+            "posix.kill(os.getppid(), signal.SIGKILL)\nposix.killpg(0, signal.SIGKILL)\nprint(3)\n")
     result = sandbox.run(code, [{"input": "", "output": "3", "testtype": "stdin"}])
     assert not result.passed
     assert sandbox.run(ADD_CODE, ADD).passed  # and we are still here, scoring
@@ -173,10 +177,10 @@ def test_refuses_weak_mode_as_root():
         Sandbox(LIMITS, mode="rlimits")
 
 
-def test_extract_code_takes_the_last_python_block():
+def test_extract_code_takes_the_last_block():
     text = "```python\nprint(1)\n```\nthen\n```\nnot python?\n```\nfinally\n```python\nprint(2)\n```"
-    assert extract_code(text) == "print(2)\n"
-    assert extract_code("```\nprint(3)\n```") == "print(3)\n"
+    assert extract_code(text) == "print(2)"
+    assert extract_code("```\nprint(3)\n```") == "print(3)"
     assert extract_code("no code here") is None
 
 
@@ -187,10 +191,13 @@ def test_extract_code_takes_the_last_python_block():
     ("1.5", "1.50", "stdin", True),
     ("YES", "NO", "stdin", False),
     ("1\n2", "1", "stdin", False),
-    ("[4, 5]", "[4,5]", "functional", True),
-    ("[4, 5]", "[5, 4]", "functional", False),
+    ("[4, 5]", '["l", [4, 5]]', "functional", True),  # functional: the launcher's encoded return value
+    ("[4, 5]", '["t", [4, 5]]', "functional", True),
+    ("[4, 5]", '["l", [5, 4]]', "functional", False),
     ("true", "true", "functional", True),
     ("5", "not json", "functional", False),
+    ("5", '["x", "Anything"]', "functional", False),
+    ("5", '["?", [5]]', "functional", False),
 ])
 def test_outputs_match(expected, actual, kind, same):
     assert outputs_match(expected, actual, kind) is same
@@ -212,10 +219,61 @@ def test_mixed_test_types_are_refused(sandbox):
 
 def test_processes_left_behind_die_with_the_sandbox(sandbox):
     """Detached (setsid, fds closed) children that outlive their test are gone once the run ends."""
-    code = ("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n"
+    code = ("import os, posix, time\nfor _ in range(5):\n    if posix.fork() == 0:\n"
             "        os.setsid()\n        os.closerange(0, 256)\n        time.sleep(60)\n        os._exit(0)\n"
             "a, b = map(int, input().split())\nprint(a + b)\n")
     result = sandbox.run(code, ADD)
     assert result.statuses == ["ok", "ok"] and result.passed
     time.sleep(0.2)
     assert [pid for pid in os.listdir("/proc") if pid.isdigit() and _uid(pid) >= 2_000_000] == []
+
+
+# --- no broken program is accepted --------------------------------------------------------------
+
+def test_a_returned_object_that_claims_equality_is_a_wrong_answer(sandbox):
+    """Return values are compared outside the sandbox as type-tagged data, so a program-defined __eq__
+    is never called (lcb_runner calls it, in its grading process: there this program passes)."""
+    code = ("class Anything:\n    def __eq__(self, other):\n        return True\n"
+            "class Solution:\n    def f(self, a):\n        return Anything()\n")
+    result = sandbox.run(code, [{"input": "1", "output": "2", "testtype": "functional"}], fn_name="f")
+    assert not result.passed and result.reason == "wrong_answer"
+
+
+def test_the_program_cannot_find_the_expected_output(sandbox):
+    """The expected outputs never enter the sandbox: a search of the process's memory finds nothing."""
+    code = ("import gc\ntoken = 'balagg' + '-secret'\nhits = []\nfor o in gc.get_objects():\n"
+            "    items = o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple, set)) else ()\n"
+            "    try:\n        hits += [x for x in items if isinstance(x, str) and token in x]\n"
+            "    except Exception:\n        pass\nprint(max(hits, key=len) if hits else 'nothing')\n")
+    result = sandbox.run(code, [{"input": "\n", "output": "balagg-secret-42", "testtype": "stdin"}])
+    assert not result.passed and result.reason == "wrong_answer"
+
+
+@pytest.mark.parametrize("fn_name, code, expected", [
+    (None, "print(input())\n", "1"),
+    ("f", "class Solution:\n    def f(self, a):\n        return a\n", "1"),
+])
+def test_right_on_one_test_wrong_on_the_next_fails(sandbox, fn_name, code, expected):
+    kind = "stdin" if fn_name is None else "functional"
+    tests = [{"input": "1", "output": expected, "testtype": kind}, {"input": "2", "output": "3", "testtype": kind}]
+    result = sandbox.run(code, tests, fn_name)
+    assert not result.passed and result.reason == "wrong_answer" and result.statuses == ["ok", "ok"]
+
+
+def test_a_later_test_that_times_out_fails_the_problem(sandbox):
+    code = "x = int(input())\nwhile x == 2:\n    pass\nprint(x)\n"
+    tests = [{"input": f"{x}\n", "output": f"{x}\n", "testtype": "stdin"} for x in (1, 2, 3)]
+    result, seconds = _timed(sandbox, code, tests)
+    assert (result.passed, result.reason, result.statuses) == (False, "timeout", ["ok", "timeout"])
+    assert seconds < 2 * LIMITS.timeout_s + 3
+
+
+def test_endless_printing_is_cut_off(sandbox):
+    result, seconds = _timed(sandbox, "while True:\n    print('x' * 1000)\n", [{"input": "", "output": "1", "testtype": "stdin"}])
+    assert not result.passed and result.reason == "output_limit" and seconds < LIMITS.timeout_s + 3
+
+
+def test_a_huge_return_value_is_cut_off(sandbox):
+    code = "class Solution:\n    def f(self, a):\n        return 'x' * (9 << 20)\n"
+    result = sandbox.run(code, [{"input": "1", "output": "1", "testtype": "functional"}], fn_name="f")
+    assert not result.passed and result.reason == "output_limit"

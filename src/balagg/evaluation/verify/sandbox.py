@@ -64,7 +64,9 @@ _run_counter = itertools.count()
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-sample limits. ``timeout_s`` is wall-clock per test; CPU time per test is timeout_s + 1.
+    """Per-sample limits. ``timeout_s`` is wall-clock per test, and for loading the program before the
+    first test; the program's process gets ``(timeout_s + 1) * (tests + 1)`` s of CPU time in all.
+    ``max_output_bytes`` is per test (its stdout, or its encoded return value).
 
     ``memory_mb`` is an address-space limit per process, so one sample can use at most
     ``memory_mb * max_processes`` (16 GiB by default, and only by forking on purpose); a memory cgroup
@@ -82,7 +84,9 @@ class SandboxLimits:
 @dataclass
 class SandboxResult:
     """``passed`` iff every test ran cleanly and matched; ``statuses`` per test run (stops at the first
-    failure); ``reason`` says why a sample failed."""
+    failure; one entry if the program failed to load); ``reason`` says why a sample failed: a launcher
+    status (``error``, ``timeout``, ``output_limit``, ``syntax_error``), ``wrong_answer``, ``bad_test``
+    (call-based tests that are not JSON: no program passes), or ``sandbox_*``/``incomplete``."""
 
     passed: bool
     statuses: list[str] = field(default_factory=list)

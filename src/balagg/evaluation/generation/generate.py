@@ -5,9 +5,12 @@ ids (the checkpoint's own tokenizer, for both backends) -> a backend samples con
 cut at its first stop token and decoded -> one line per (problem, sample) as in docs/files.md.
 
 Backends (``backend``): ``vllm`` (one engine for all benchmarks; per-request seeds), ``transformers``
-(batched ``generate`` with a per-row seeded sampler, CPU), ``auto`` (vLLM if importable and a CUDA
-device is present, else transformers). Both receive token ids and return token ids, so tokenisation
-and decoding are identical and greedy decoding (``temperature=0``) gives the same text.
+(batched ``generate`` with a per-row seeded sampler, CPU), ``auto`` (:func:`choose_backend`: vLLM if
+importable and a CUDA device is present; a CUDA device without vllm is an error, as the transformers
+backend would sample on the CPU; transformers otherwise, with a warning when the job was allocated GPUs
+that torch does not see). Both receive token ids and return token ids, so tokenisation and decoding are
+identical and greedy decoding (``temperature=0``) gives the same text. ``generation.json`` records the
+choice and its reason (``backend_choice``) and the vLLM engine's platform settings (``engine``).
 
 Seeds: sample ``s`` of problem ``p`` uses ``sample_seed(seed, p, s) = crc32(f"{seed}:{p}") mod 2**30 + s``.
 It depends only on the base seed, the problem id and the sample index, never on batching or on which
@@ -25,6 +28,7 @@ import os
 import shutil
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,6 +49,16 @@ class RunSummary:
     backend: str
     benchmarks: dict[str, int] = field(default_factory=dict)  # benchmark -> lines written
     seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend a run uses and why (``generation.json``'s ``backend_choice``)."""
+
+    asked: str
+    used: str
+    reason: str
+    cpu_fallback_in_gpu_job: bool = False
 
 
 def sample_seed(base_seed: int, problem_id: str, sample: int) -> int:
@@ -154,28 +168,66 @@ def finish(request: Request, completion: Completion, tokenizer, stops: list[int]
             "finish_reason": reason, "num_tokens": len(ids)}
 
 
-def make_backend(checkpoint, config: GenerationConfig, stops: list[int], context_length: int):
-    """The sampling engine named by ``config.backend`` (loaded once, used for every benchmark)."""
-    backend = config.backend
-    if backend == "auto":
-        backend = "vllm" if _vllm_usable() else "transformers"
-    if backend == "vllm":
+GPU_ALLOCATION_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+"""Variables by which a scheduler hands a job its GPUs (Slurm sets CUDA_VISIBLE_DEVICES for a GRES)."""
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def vllm_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def gpu_allocation(environ: Mapping[str, str]) -> str | None:
+    """``NAME=value`` of the first variable that hands this job GPUs, or None."""
+    for name in GPU_ALLOCATION_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value and value not in ("-1", "NoDevFiles"):
+            return f"{name}={value}"
+    return None
+
+
+def choose_backend(asked: str, *, vllm: bool | None = None, cuda: bool | None = None,
+                   environ: Mapping[str, str] | None = None) -> BackendChoice:
+    """The backend for ``asked`` (``auto``: see the module docstring). ``vllm`` (importable), ``cuda`` (a
+    device present) and ``environ`` default to this process's."""
+    if asked != "auto":
+        return BackendChoice(asked, asked, "asked")
+    importable = vllm_importable() if vllm is None else vllm
+    cuda = cuda_available() if cuda is None else cuda
+    if importable and cuda:
+        return BackendChoice(asked, "vllm", "vllm importable and a CUDA device present")
+    if cuda:
+        raise ValueError("backend auto: a CUDA device is present but vllm cannot be imported, and the transformers "
+                         "backend would sample on the CPU; install vllm (the gpu extra, envs/gpu.yaml) or pass "
+                         "--backend transformers to sample on the CPU knowingly")
+    allocated = gpu_allocation(os.environ if environ is None else environ)
+    if allocated:
+        reason = (f"GPUs are allocated ({allocated}) but torch sees no CUDA device: sampling on the CPU with "
+                  "transformers (a CPU build of torch, or a driver problem?)")
+        log.warning("backend auto: %s", reason)
+        return BackendChoice(asked, "transformers", reason, cpu_fallback_in_gpu_job=True)
+    return BackendChoice(asked, "transformers", "no CUDA device" + ("" if importable else " and no vllm"))
+
+
+def make_backend(checkpoint, config: GenerationConfig, stops: list[int], context_length: int,
+                 choice: BackendChoice | None = None):
+    """The sampling engine of ``choice`` (default: :func:`choose_backend` of ``config.backend``), loaded
+    once and used for every benchmark."""
+    choice = choice or choose_backend(config.backend)
+    if choice.used == "vllm":
         from balagg.evaluation.generation.vllm_backend import VLLMBackend
 
         return VLLMBackend(checkpoint, config, stops, context_length)
     from balagg.evaluation.generation.transformers_backend import TransformersBackend
 
     return TransformersBackend(checkpoint, config, stops)
-
-
-def _vllm_usable() -> bool:
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, benchmarks: list[str],
@@ -204,6 +256,7 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     parts = out_dir / f".parts-{config.fingerprint()}"
     summary = RunSummary(out=str(out_dir / contract.GENERATIONS_FILE), backend="")
     owned = backend is None  # an engine made here is closed here
+    choice = choose_backend(config.backend) if owned else BackendChoice(config.backend, "reused", "engine passed in")
     try:
         for name, requests in per_benchmark.items():
             part = parts / f"{name}.jsonl"
@@ -212,7 +265,7 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
                 summary.benchmarks[name] = len(requests)
                 continue
             if backend is None:
-                backend = make_backend(checkpoint, config, stops, context_length)
+                backend = make_backend(checkpoint, config, stops, context_length, choice)
             t0 = time.monotonic()
             completions = backend.generate(requests)
             lines = [finish(r, c, tokenizer, stops) for r, c in zip(requests, completions, strict=True)]
@@ -220,6 +273,7 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
             tokens = sum(line["num_tokens"] for line in lines)
             log.info("%s: %d samples, %d tokens in %.1f s", name, len(lines), tokens, time.monotonic() - t0)
         summary.backend = getattr(backend, "name", "reused")
+        engine = getattr(backend, "settings", None)
     finally:
         if owned and backend is not None:
             backend.close()
@@ -232,6 +286,7 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
         "config": asdict(config), "fingerprint": config.fingerprint(), "context_length": context_length,
         "stop_token_ids": stops, "versions": _versions(), "seconds": round(summary.seconds, 3),
         "seed_rule": "crc32(f'{seed}:{problem_id}') % 2**30 + sample",
+        "backend_choice": asdict(choice) | {"used": summary.backend}, "engine": engine,
     })
     shutil.rmtree(parts, ignore_errors=True)
     return summary

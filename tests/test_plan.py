@@ -11,7 +11,7 @@ import yaml
 
 from balagg.cli import main
 from balagg.commands.plan import load_config
-from balagg.padding import CompletionLengths
+from balagg.completion_lengths import CompletionLengths
 from balagg.plan import MEASURED_RATE, model_figures, plan_lines
 from test_workflow import REPO, snakemake, workdir  # noqa: F401  (workdir is a fixture)
 
@@ -23,7 +23,7 @@ SMALL = {
                       "generate_resources": {"gpus": 1}}},
     "datasets": {"d1": {"loader": "dapo-math-17k", "source": "Org/D1"}},
     "benchmarks": {"math500": "Org/B1", "aime24": "Org/B2"},
-    "train": {"total_steps": 8, "mini_batches": 2, "num_iterations": 1, "prompts_per_step": 4,
+    "train": {"total_steps": 8, "mini_batches": 1, "num_iterations": 2, "prompts_per_step": 4,
               "num_generations": 2, "micro_batch_size": 2, "max_prompt_length": 20, "max_completion_length": 100,
               "eval_every": 4},
     "eval": {"n": 8, "max_tokens": 50},
@@ -43,14 +43,15 @@ def small(tmp_path):
 def test_plan_arithmetic_by_hand(small):
     lines, total = plan_lines(load_config([str(small)]))
     initial, cell, _ = lines
-    # 8 steps / (2 mini-batches x 1 iteration) = 4 rollout batches x 4 prompts x 2 responses x 0.5 x 100 tokens
+    # 8 steps / (1 mini-batch x 2 iterations) = 4 rollout batches x 4 prompts x 2 responses x 0.5 x 100 tokens
     assert cell.train_tokens == 4 * 4 * 2 * 0.5 * 100 == 1600
-    # a micro-batch of 2 rows is as wide as its prompt part plus its longer completion
-    width = 10 + CompletionLengths(100, 0.5).expected_max(2)
+    # a GPU's 4 rows of a step, sorted by width, cut into micro-batches of 2: each as wide as its prompt part
+    # plus its longer completion
+    width = 10 + CompletionLengths(100, 0.5).expected_sorted_width(4, 2)
     assert cell.padded_tokens == pytest.approx(4 * 4 * 2 * width)
-    # sampling at the rollout rate, then a log-prob forward pass (2 mini-batches: old log-probs) and a forward
-    # + backward pass over the padded tokens
-    assert cell.train_gpu_hours == pytest.approx((1600 / 0.1 + 32 * width * (1 + 0.25) / 1.0) / 3600)
+    # sampling at the rollout rate, a log-prob forward pass (2 iterations: old log-probs; the same 4 rows per
+    # GPU sorted) and two forward + backward passes over the padded tokens
+    assert cell.train_gpu_hours == pytest.approx((1600 / 0.1 + 32 * width * (2 + 0.25) / 1.0) / 3600)
     assert cell.train_wall_hours == pytest.approx(cell.train_gpu_hours / 2)  # 2 GPUs per train job
     # checkpoints 4 and 8; each: n 8 x 15 problems x 0.5 x 50 tokens
     assert cell.jobs == {"train": 1, "generate": 2, "score": 2}
@@ -77,6 +78,33 @@ def test_completion_width_is_the_expected_longest_of_a_micro_batch():
                                                         for _ in range(100_000)) / 100_000, abs=0.005)
     assert 0.3 * 8192 < lengths.expected_max(4) < lengths.expected_max(1024) <= 8192
     assert CompletionLengths(100, 1.0).expected_max(4) == 100  # every response truncated
+
+
+def test_sorted_micro_batches_are_narrower_than_unsorted_ones():
+    """Sorting n rows by length before cutting them into micro-batches of m: the mean micro-batch width
+    against a seeded Monte Carlo draw; one micro-batch is the unsorted case; never below the mean length."""
+    lengths = CompletionLengths(8192, 0.3)
+    mu = 8192 / lengths.ratio
+    draw = random.Random(1)
+    widths = []
+    for _ in range(4000):
+        rows = sorted((min(draw.expovariate(1 / mu), 8192) for _ in range(64)), reverse=True)
+        widths.append(sum(rows[::4]) / 16)
+    assert lengths.expected_sorted_width(64, 4) == pytest.approx(sum(widths) / len(widths), rel=0.01)
+    assert lengths.expected_sorted_width(4, 4) == pytest.approx(lengths.expected_max(4))
+    assert lengths.mean < lengths.expected_sorted_width(1024, 4) < lengths.expected_sorted_width(64, 4) \
+        < lengths.expected_max(4)
+
+
+def test_micro_batch_rules_are_planned_unsorted(small, tmp_path):
+    """The trainer keeps the micro-batch rules' cut (their weights depend on it): no sorting, wider."""
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"aggregators": ["token-agg", "token-agg-microbatch"]}))
+    lines, _ = plan_lines(load_config([str(small), str(other)]))
+    by_rule = {line.name.split("/")[2]: line for line in lines[1:]}
+    lengths = CompletionLengths(100, 0.5)
+    assert by_rule["token-agg"].padded_tokens == pytest.approx(32 * (10 + lengths.expected_sorted_width(4, 2)))
+    assert by_rule["token-agg-microbatch"].padded_tokens == pytest.approx(32 * (10 + lengths.expected_max(2)))
 
 
 def test_the_forward_backward_rate_is_the_quantity_gpu_smoke_measures():
@@ -106,8 +134,9 @@ def test_checkpoint_disk_per_cell_and_in_total(small):
 def test_printed_plan_states_widths_disk_memory_and_job_limits(small, tmp_path, capsys):
     assert main(["plan", "--configfile", str(small)]) == 0
     printed = capsys.readouterr().out
-    width = CompletionLengths(100, 0.5).expected_max(2)
-    assert f"micro-batch width: prompt 10 + completion {width:,.0f} (expected longest of 2)" in printed
+    width = CompletionLengths(100, 0.5).expected_sorted_width(4, 2)
+    assert (f"micro-batch width (trimmed, 2 rows): a step's rows (4 per GPU) sorted by width: 10 + {width:,.0f} = "
+            f"{10 + width:,.0f} tokens") in printed
     assert "gpu_smoke.json/probe-7b/tokens_per_s" in printed
     assert "= 0.0 GB per cell" in printed and "total disk: 0.1 GB" in printed
     # 2 ranks x (1e6 x 4 B + 10 GB) = 20 GB, within the 30000 MB asked

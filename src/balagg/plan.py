@@ -7,23 +7,30 @@ responses per prompt, ``P`` prompts per rollout batch, ``L`` the completion budg
 
     rollout batches     R = ceil(total_steps / (mini_batches * num_iterations))
     generated tokens    T = R * P * G * f * L                    (train tokens: what the rollouts sample)
-    micro-batch width   w = prompt_tokens + E[longest of m completions]     (m = micro_batch_size)
+    micro-batch width   w = prompt_tokens + E[width of a micro-batch's completion part]
     padded tokens       D = R * P * G * w                        (what one forward/backward pass computes)
-    train GPU-seconds   T / v_rollout + D * (num_iterations + a/4) / v_fb
+    log-prob pass       D' = R * P * G * w'                      (w': the same for TRL's log-prob chunks)
+    train GPU-seconds   T / v_rollout + (D * num_iterations + D' * a/4) / v_fb
     eval checkpoints    K = the trained checkpoints (every eval_every and the last; step 0 is the model's)
     eval tokens         E = K * n * (sum of problems over the benchmarks) * f * eval.max_tokens
     eval GPU-seconds    E / v_generate
     wall hours          GPU-hours / GPUs per job (train: one job; evaluation: per checkpoint job)
 
-Training trims each micro-batch to its own widest row (its longest prompt, its longest completion), so a
-micro-batch of ``m`` rows computes ``m * w`` tokens; ``E[longest of m]`` comes from the stated length model
-of :mod:`balagg.padding` (clipped exponential with mean ``f * L``). ``prompt_tokens`` is the expected
-width of a micro-batch's prompt part (default ``max_prompt_length``, an upper bound). ``a`` is 1 when TRL
-runs a log-prob forward pass over the rollout batch before training on it (old log-probs:
-``mini_batches * num_iterations > 1``, or vLLM rollouts with the importance-sampling correction); a
-forward pass alone is taken as a quarter of a forward + backward with gradient checkpointing (forward,
-recomputed forward, backward twice the forward). Not modelled: optimiser steps, weight syncs to the
-engine, reward verification, checkpoint writes and job start-up.
+The trainer (:mod:`balagg.train.padding`) trims each micro-batch to its own widest row (its longest
+prompt, its longest completion), so a micro-batch of ``m`` rows (``micro_batch_size``) computes ``m * w``
+tokens, and it sorts each optimiser step's rows on a GPU by width before cutting them into micro-batches
+(``length_sorted_microbatches``; not for the micro-batch rules, whose weights depend on the cut), and the
+rows of its log-prob pass likewise. The completion widths come from the stated length model of
+:mod:`balagg.completion_lengths` (clipped exponential with mean ``f * L``): the mean width of sorted
+micro-batches of ``m`` out of a step's rows on a GPU, else the expected longest of ``m`` rows; without
+trimming (``trim_padding: false``) every micro-batch is as wide as the longest of the GPU's rollout
+batch, as in TRL. ``prompt_tokens`` is the expected width of a micro-batch's prompt part (default
+``max_prompt_length``, an upper bound). ``a`` is 1 when TRL runs a log-prob forward pass over the
+rollout batch before training on it (old log-probs: ``mini_batches * num_iterations > 1``, or vLLM
+rollouts with the importance-sampling correction); a forward pass alone is taken as a quarter of a
+forward + backward with gradient checkpointing (forward, recomputed forward, backward twice the
+forward). Not modelled: optimiser steps, weight syncs to the engine, reward verification, checkpoint
+writes and job start-up.
 
 Rates, per GPU (``plan`` section; ``plan.models.<name>`` overrides):
 
@@ -61,7 +68,8 @@ from dataclasses import MISSING, dataclass, fields, replace
 
 from balagg import contract
 from balagg.data.sources import SOURCES
-from balagg.padding import CompletionLengths
+from balagg.completion_lengths import CompletionLengths
+from balagg.rules import MICRO_BATCH_RULES, canonical_rule
 from balagg.train.config import CellConfig
 
 MEASURED_RATE = ("gpu_smoke.json", "probe-7b", "tokens_per_s")
@@ -95,8 +103,9 @@ class ModelFigures:
     lengths: CompletionLengths
     micro_batch_size: int
     rank_rows: int  # responses of one rollout batch per train GPU
-    completion_width: float  # expected widest completion of a micro-batch
-    untrimmed_width: float  # expected widest completion of the rank's whole rollout batch (no trimming)
+    step_rows: int  # responses of one optimiser step per train GPU
+    trim: bool  # trim_padding: micro-batches at their own width
+    sort: bool  # length_sorted_microbatches: a step's rows sorted by width before the cut
     logprob_pass: bool  # TRL's old-log-prob forward pass over each rollout batch
     eval_job_hours: float  # one generation job (one checkpoint, or every checkpoint with eval.jobs: cell)
     generate_runtime_hours: float
@@ -106,8 +115,29 @@ class ModelFigures:
     keep_checkpoints: int
 
     @property
-    def width(self) -> float:
-        return self.rates.prompt_tokens + self.completion_width
+    def untrimmed_width(self) -> float:
+        """Expected widest completion of a GPU's whole rollout batch: every micro-batch's, untrimmed."""
+        return self.lengths.expected_max(self.rank_rows)
+
+    @property
+    def unsorted_width(self) -> float:
+        """Expected widest completion of a trimmed micro-batch whose rows are in no particular order."""
+        return self.lengths.expected_max(self.micro_batch_size)
+
+    def completion_width(self, aggregator: str) -> float:
+        """Expected completion width of a training micro-batch of a cell with ``aggregator``."""
+        if not self.trim:
+            return self.untrimmed_width
+        if self.sort and canonical_rule(aggregator) not in MICRO_BATCH_RULES:
+            return self.lengths.expected_sorted_width(self.step_rows, self.micro_batch_size)
+        return self.unsorted_width
+
+    @property
+    def logprob_completion_width(self) -> float:
+        """Expected completion width of a chunk of the log-prob pass (a GPU's rollout rows sorted when trimmed)."""
+        if not self.trim:
+            return self.untrimmed_width
+        return self.lengths.expected_sorted_width(self.rank_rows, self.micro_batch_size)
 
     @property
     def eval_checkpoint_bytes(self) -> float | None:
@@ -241,13 +271,14 @@ def model_figures(config: dict, model: str) -> ModelFigures:
     generate_gpus = max(_resource(config, model, "generate_resources", "gpus"), 1)
     lengths = CompletionLengths(train["max_completion_length"], rates.completion_fraction)
     rank_rows = math.ceil(train["prompts_per_step"] * train["num_generations"] / train_gpus)
+    step_rows = math.ceil(rank_rows / train["mini_batches"])
     checkpoints = len([s for s in CellConfig.checkpoint_steps_of(train["total_steps"], train["eval_every"]) if s > 0])
     per_job = checkpoints if config.get("eval", {}).get("jobs") == "cell" else 1
     eval_seconds = per_job * per_checkpoint_eval_tokens(config, model, rates) / rates.generate_tokens_per_s_per_gpu
     return ModelFigures(
         model=model, rates=rates, lengths=lengths, micro_batch_size=train["micro_batch_size"], rank_rows=rank_rows,
-        completion_width=lengths.expected_max(train["micro_batch_size"]),
-        untrimmed_width=lengths.expected_max(rank_rows), logprob_pass=logprob_pass(train),
+        step_rows=step_rows, trim=train.get("trim_padding", True),  # the trainer's defaults (balagg.train.trainer)
+        sort=train.get("length_sorted_microbatches", True), logprob_pass=logprob_pass(train),
         eval_job_hours=eval_seconds / generate_gpus / 3600,
         generate_runtime_hours=_resource(config, model, "generate_resources", "runtime") / 60,
         train_ranks=train_gpus, train_mem_bytes=_resource(config, model, "train_resources", "mem_mb") * 1e6,
@@ -267,16 +298,18 @@ def plan_lines(config: dict) -> tuple[list[Line], Line]:
         rollouts = math.ceil(train["total_steps"] / (train["mini_batches"] * train["num_iterations"]))
         responses = rollouts * train["prompts_per_step"] * train["num_generations"]
         train_tokens = responses * figures.lengths.mean
-        padded_tokens = responses * figures.width
-        passes = train["num_iterations"] + (FORWARD_SHARE if figures.logprob_pass else 0)
-        train_hours = (train_tokens / rates.rollout_tokens_per_s_per_gpu
-                       + padded_tokens * passes / rates.forward_backward_tokens_per_s_per_gpu) / 3600
+        logprob_tokens = (responses * (rates.prompt_tokens + figures.logprob_completion_width)
+                          if figures.logprob_pass else 0.0)
         eval_hours = per_checkpoint / rates.generate_tokens_per_s_per_gpu / 3600
         snapshot = None if rates.parameters is None else rates.parameters * EVAL_BYTES_PER_PARAMETER
         lines.append(Line(f"{model}/initial (step 0)", {"generate": 1, "score": 1}, 0, generate_gpus,
                           eval_tokens=per_checkpoint, eval_gpu_hours=eval_hours, disk_bytes=snapshot))
         for dataset in config["datasets"]:
             for aggregator in config["aggregators"]:
+                padded_tokens = responses * (rates.prompt_tokens + figures.completion_width(aggregator))
+                train_hours = (train_tokens / rates.rollout_tokens_per_s_per_gpu
+                               + (padded_tokens * train["num_iterations"] + logprob_tokens * FORWARD_SHARE)
+                               / rates.forward_backward_tokens_per_s_per_gpu) / 3600
                 for seed in config["seeds"]:
                     lines.append(Line(
                         f"{model}/{dataset}/{aggregator}/seed{seed}",
@@ -303,6 +336,26 @@ def _gigabytes(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e9:,.1f}"
 
 
+def _width_note(figures: ModelFigures) -> str:
+    """The expected micro-batch widths (prompt + completion tokens per row) of the module docstring."""
+    prompt, m = figures.rates.prompt_tokens, figures.micro_batch_size
+    untrimmed = (f"{prompt} + {figures.untrimmed_width:,.0f} (the longest of a GPU's {figures.rank_rows} "
+                 "rollout rows)")
+    logprob = ("no log-prob forward pass" if not figures.logprob_pass else
+               f"log-prob pass {prompt} + {figures.logprob_completion_width:,.0f}")
+    if not figures.trim:
+        return f"micro-batch width (trim_padding: false): every micro-batch {untrimmed}; {logprob}"
+    sorted_width = figures.lengths.expected_sorted_width(figures.step_rows, m)
+    unsorted = f"{prompt} + {figures.unsorted_width:,.0f} (expected longest of {m})"
+    if figures.sort:
+        trained = (f"a step's rows ({figures.step_rows} per GPU) sorted by width: {prompt} + {sorted_width:,.0f} = "
+                   f"{prompt + sorted_width:,.0f} tokens; the micro-batch rules, unsorted: {unsorted}")
+    else:
+        trained = f"unsorted (length_sorted_microbatches: false): {unsorted}"
+    return (f"micro-batch width (trimmed, {m} rows): {trained}; untrimmed {untrimmed}; {logprob} (a GPU's "
+            "rollout rows sorted)")
+
+
 def _model_notes(figures: ModelFigures) -> list[str]:
     """The per-model assumptions and derived figures printed under the table."""
     rates, lengths = figures.rates, figures.lengths
@@ -311,11 +364,7 @@ def _model_notes(figures: ModelFigures) -> list[str]:
         f"({lengths.truncated_share:.1%} truncated under the length model); rates per GPU: forward+backward "
         f"{rates.forward_backward_tokens_per_s_per_gpu:g} padded tokens/s, rollout "
         f"{rates.rollout_tokens_per_s_per_gpu:g} and generate {rates.generate_tokens_per_s_per_gpu:g} sampled tokens/s",
-        f"    micro-batch width: prompt {rates.prompt_tokens} + completion {figures.completion_width:,.0f} "
-        f"(expected longest of {figures.micro_batch_size}) = {figures.width:,.0f} tokens; untrimmed, every "
-        f"micro-batch would be {rates.prompt_tokens} + {figures.untrimmed_width:,.0f} (the longest of a rank's "
-        f"{figures.rank_rows} responses); log-prob forward pass per rollout batch: "
-        + ("yes" if figures.logprob_pass else "no"),
+        "    " + _width_note(figures),
     ]
     over = " OVER" if figures.eval_job_hours > figures.generate_runtime_hours else ""
     notes.append(f"    evaluation job: {figures.eval_job_hours:.2f} h at the generate rate "
@@ -368,8 +417,8 @@ def format_plan(config: dict) -> str:
         out.append("OVER: an evaluation job outlasts generate_resources.runtime: raise it")
     if any(f.train_host_bytes is not None and f.train_host_bytes > f.train_mem_bytes for f in every_model):
         out.append("SHORT: train_resources.mem_mb is below the load path's host memory")
-    out.append("assumptions (plan section; balagg.plan): train GPU-h = generated tokens / rollout rate + padded "
-               f"tokens x (iterations + 1/4 per log-prob pass) / forward+backward rate; forward+backward = "
+    out.append("assumptions (plan section; balagg.plan): train GPU-h = generated tokens / rollout rate + (padded "
+               f"tokens x iterations + log-prob pass tokens / 4) / forward+backward rate; forward+backward = "
                f"{'/'.join(MEASURED_RATE)} (bench/gpu_smoke.sh); eval GPU-h = tokens / generate rate; disk: eval "
                "checkpoints 2 B/parameter, resumable state 12 B/parameter")
     for figures in every_model:

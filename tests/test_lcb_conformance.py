@@ -149,6 +149,18 @@ def test_stdin_tests_share_one_process_in_order(sandbox):
     assert sandbox.run(code, stdin(("\n", "1\n"), ("\n", "2\n"))).passed
 
 
+def test_a_stdin_program_whose_text_has_class_solution_fails(sandbox):
+    """compile_code is shared by both kinds: when the text it runs contains ``class Solution`` it makes
+    ``Solution()`` from the module, which a stdin program (whose statements are inside the wrapper) never
+    has. The text is the rewritten one, so a comment saying ``class Solution`` is gone by then."""
+    tests = stdin(("1 2\n", "3\n"))
+    body = "a, b = map(int, input().split())\nprint(a + b)\n"
+    assert verdict(sandbox, "class Solution:\n    def go(self):\n        " + body.replace("\n", "\n        ")
+                   + "\nSolution().go()\n", tests) == (False, "error")
+    assert verdict(sandbox, "class SolutionHelper:\n    pass\n" + body, tests) == (False, "error")
+    assert verdict(sandbox, "# no class Solution here\n" + body, tests) == (True, "")
+
+
 @pytest.mark.parametrize("code, output, passed", [
     ("print(input())\n", "1 2", True),
     ("import sys\nprint(sys.stdin.read().split()[1])\n", "2", True),

@@ -394,16 +394,16 @@ def _text_bytes(text):
 
 
 def load_program(code, fn_name):
-    """The program's module, run (compile_code); for call-based programs also the method to call.
+    """The program's module, run (compile_code), and the function to call per test: ``wrapped_function``
+    or ``fn_name``, of ``Solution()`` if the text run contains ``class Solution``, else of the module.
     Raises SyntaxError (and the like) if it does not compile, anything else if it fails to load."""
     source = stdin_source(code) if fn_name is None else call_based_source(code)
     code_obj = compile(source, "<solution>", "exec")
     module = types.ModuleType(MODULE_NAME, "")
     exec(code_obj, module.__dict__)
-    if fn_name is None:
-        return getattr(module, WRAPPER)
+    # For both kinds (so a stdin program whose rewritten text says "class Solution" fails to load).
     owner = module.Solution() if "class Solution" in source else module
-    return getattr(owner, fn_name)
+    return getattr(owner, WRAPPER if fn_name is None else fn_name)
 
 
 def run_child(code, fn_name, inputs, out_fd, limits):

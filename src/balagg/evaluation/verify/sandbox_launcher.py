@@ -27,10 +27,11 @@ Grading contract: the child runs the program the way LiveCodeBench's grader (lcb
   process: ``sys.stdin`` is a stand-in holding the test input, the real stdin's ``read``/``readline``/
   ``readlines`` return the input too, ``sys.stdout`` is a StringIO whose text is the test's output, and
   ``SystemExit`` ends the test normally (the exit status is not looked at).
-* call-based problems: :data:`IMPORT_BLOCK` + the program run as a module; if the text ``class Solution``
-  occurs, ``Solution()`` is made once and its ``fn_name`` method called for every test, else the module's
-  ``fn_name`` function; the arguments are the input's lines, each ``json.loads``-ed; the return value is
-  sent back tagged by type (:func:`encode_value`) for the sandbox to compare with ``==``.
+* call-based problems: :data:`IMPORT_BLOCK` + the program run as a module; the module's ``fn_name``
+  function is called for every test, with the input's lines, each ``json.loads``-ed, as arguments; the
+  return value is sent back tagged by type (:func:`encode_value`) for the sandbox to compare with ``==``.
+* both: if the text run contains ``class Solution``, ``Solution()`` is made once and the function is
+  its method (so a stdin program with that text, whose class is inside the wrapper, fails to load).
 
 Per test the launcher allows ``timeout_s`` wall-clock seconds (the module's own run, before the first
 test, gets the same), reads at most ``max_output_bytes`` of output, and stops at the first test that does

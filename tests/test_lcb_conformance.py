@@ -187,7 +187,8 @@ def test_stdin_readlines_and_buffer_readline_are_lcb_runners(sandbox):
     ``sys.stdin.buffer.readline()`` returns the first line every time."""
     tests = stdin(("1\n2\n", "['1', '2', '']\n"))
     assert verdict(sandbox, "import sys\nprint(sys.stdin.readlines())\n", tests) == (True, "")
-    code = "import sys\ninput = sys.stdin.buffer.readline\nn = int(input())\nprint(sum(int(input()) for _ in range(n)))\n"
+    code = ("import sys\ninput = sys.stdin.buffer.readline\nn = int(input())\n"
+            "print(sum(int(input()) for _ in range(n)))\n")
     assert verdict(sandbox, code, stdin(("2\n5\n7\n", "12\n"))) == (False, "wrong_answer")
     assert verdict(sandbox, code, stdin(("2\n2\n7\n", "4\n"))) == (True, "")
 
@@ -327,7 +328,8 @@ def test_timeout_is_per_test(sandbox):
     most of the timeout pass together."""
     code = f"import time\ntime.sleep({TIMEOUT_S * 0.6})\nprint(input())\n"
     assert verdict(sandbox, code, stdin(*[("x\n", "x\n")] * 3)) == (True, "")
-    code = f"class Solution:\n    def f(self, a):\n        import time\n        time.sleep({TIMEOUT_S * 0.6})\n        return a\n"
+    code = (f"class Solution:\n    def f(self, a):\n        import time\n        time.sleep({TIMEOUT_S * 0.6})\n"
+            "        return a\n")
     assert verdict(sandbox, code, functional(*[("1", "1")] * 3), "f") == (True, "")
 
 

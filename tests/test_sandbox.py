@@ -269,7 +269,8 @@ def test_a_later_test_that_times_out_fails_the_problem(sandbox):
 
 
 def test_endless_printing_is_cut_off(sandbox):
-    result, seconds = _timed(sandbox, "while True:\n    print('x' * 1000)\n", [{"input": "", "output": "1", "testtype": "stdin"}])
+    result, seconds = _timed(sandbox, "while True:\n    print('x' * 1000)\n",
+                             [{"input": "", "output": "1", "testtype": "stdin"}])
     assert not result.passed and result.reason == "output_limit" and seconds < LIMITS.timeout_s + 3
 
 

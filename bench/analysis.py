@@ -4,7 +4,7 @@ A synthetic campaign the size of the paper's grid (2 models x 2 datasets x 3 agg
 50 evaluated checkpoints of 6 benchmarks, 1000 logged training steps per cell), written to a temporary
 folder in the docs/files.md layout; prints the seconds each stage takes.
 
-    python bench/analysis.py [--seeds 3] [--checkpoints 50] [--steps 1000]
+    python bench/analysis.py [--seeds 3] [--checkpoints 50] [--steps 1000] [--quick]
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--checkpoints", type=int, default=50)
     parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, few repeats: checks that the bench runs (seconds); its figures measure nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.checkpoints, args.steps = 1, 2, 4
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder) / "bench"
         start = time.perf_counter()

@@ -4,11 +4,14 @@ token-agg reproduces TRL's dapo and seq-agg reproduces grpo (per-step losses, fi
 12 responses per generation batch (G=4, 3 per rank per micro-batch, GA 2): group 1 has 2 responses on
 each rank. num_iterations 2, SGD (no Adam amplification of rounding), no gradient clipping.
 
-    PYTHONPATH=src python bench/ddp_equivalence.py          # takes ~1-2 min on 2 busy cores
+    PYTHONPATH=src python bench/ddp_equivalence.py [--quick]
+
+Exits 1 when a pair differs.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -23,12 +26,12 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 from balagg.contract import load_tokenizer
 from balagg.train.trainer import AggregatedGRPOTrainer
-model_dir, loss_type, rule, out = sys.argv[1:5]
+model_dir, loss_type, rule, out, steps = sys.argv[1:6]
 def parity(completions, **_):
     return [float(len(c) % 2 == 0) for c in completions]
 tok = load_tokenizer(model_dir)
 args = trl.GRPOConfig(output_dir=out, loss_type=loss_type, beta=0.0, num_generations=4, per_device_train_batch_size=3,
-    gradient_accumulation_steps=2, num_iterations=2, max_completion_length=12, max_steps=4, learning_rate=0.1,
+    gradient_accumulation_steps=2, num_iterations=2, max_completion_length=12, max_steps=int(steps), learning_rate=0.1,
     optim="sgd", lr_scheduler_type="constant", seed=3, max_grad_norm=0.0, logging_steps=1, report_to="none",
     bf16=False, use_cpu=True, gradient_checkpointing=False, save_strategy="no", disable_tqdm=True,
     generation_kwargs={"sequence_bias": {(tok.eos_token_id,): 3.0}})
@@ -44,7 +47,18 @@ if trainer.accelerator.is_main_process:
 '''
 
 
-def main() -> None:
+PAIRS = (("token-agg", "dapo"), ("seq-agg", "grpo"))
+"""(balagg rule, the TRL loss_type it must reproduce)."""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=4, help="optimiser steps per run")
+    parser.add_argument("--quick", action="store_true", help="one pair (token-agg vs dapo), 2 steps: checks that the bench runs and still agrees")
+    args = parser.parse_args()
+    pairs = PAIRS[:1] if args.quick else PAIRS
+    steps = 2 if args.quick else args.steps
+
     import torch
 
     from balagg.tinyworld.model import build_model, build_tokenizer
@@ -59,20 +73,24 @@ def main() -> None:
         worker = Path(root) / "worker.py"
         worker.write_text(WORKER)
         results = {}
-        for name, loss_type, rule in [("dapo", "dapo", "none"), ("token-agg", "dr_grpo", "token-agg"),
-                                      ("grpo", "grpo", "none"), ("seq-agg", "dr_grpo", "seq-agg")]:
+        runs = [(name, loss_type, rule) for ours, theirs in pairs
+                for name, loss_type, rule in ((theirs, theirs, "none"), (ours, "dr_grpo", ours))]
+        for name, loss_type, rule in runs:
             out = str(Path(root) / name)
-            subprocess.run([torchrun, "--nproc_per_node", "2", str(worker), str(model_dir), loss_type, rule, out],
-                           check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run([torchrun, "--nproc_per_node", "2", str(worker), str(model_dir), loss_type, rule, out,
+                            str(steps)], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             results[name] = torch.load(out + ".pt")
-    for ours, theirs in (("token-agg", "dapo"), ("seq-agg", "grpo")):
+    failed = 0
+    for ours, theirs in pairs:
         a, b = results[ours], results[theirs]
         loss_diff = max(abs(x - y) for x, y in zip(a["losses"], b["losses"], strict=True))
         param_diff = float((a["params"] - b["params"]).norm() / b["params"].norm())
         verdict = "PASS" if loss_diff < 1e-6 and param_diff < 1e-6 else "FAIL"
+        failed += verdict == "FAIL"
         print(f"{ours:<10} vs TRL {theirs:<5}: max |loss diff| {loss_diff:.2e} over {len(a['losses'])} steps, "
               f"final params rel. L2 diff {param_diff:.2e}  {verdict}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

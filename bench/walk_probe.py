@@ -1,4 +1,4 @@
-"""Laboratory probe outside the workflow (docs/laboratory.md, "A seventh design"): a task whose wrong
+"""Laboratory probe outside the workflow (docs/laboratory.md): a task whose wrong
 answers are long because of the slip itself, not because of a choice the policy can unlearn.
 
 The walk task and its warm-start data are balagg.tinyworld.walks (``Walk 14 by 6.``: how many steps of
@@ -6,15 +6,15 @@ The walk task and its warm-start data are balagg.tinyworld.walks (``Walk 14 by 6
 trains it as the ``wrong-long-walk`` regime of the tiny world's ``walks`` family at mod 40. The probe
 runs it at any modulus (``--mod``, default 20) without the workflow, and any world: the lattice of right
 values (``--lattice``), the warm start's near misses (``--slips``), what a flawed walk does after its
-slip (``--after-slip stop``: the mirror) and the share of flawed examples (``--p-wrong``); the eighth
-design (docs/laboratory.md) is ``--mod 80 --lattice 4 --slips=-10,-2,-1,1,2,10 --after-slip stop --p-wrong 0.6``.
+slip (``--after-slip stop``: the mirror) and the share of flawed examples (``--p-wrong``); the
+``right-long-walk4`` regime's world is ``--mod 80 --lattice 4 --slips=-10,-2,-1,1,2,10 --after-slip stop --p-wrong 0.6``.
 
 The probe: build the walk tiny world (training file in the prepared schema, 37 problems mod 20), warm-start
 tiny-s on it, then train one token-agg GRPO cell per seed with the laboratory's recipe through
 ``python -m balagg train`` (the two seeds side by side), and print by tenths of training: the side-mass
 ratio, accuracy, truncation and right / wrong lengths from each cell's metrics.jsonl.
 
-    python bench/walk_probe.py [--out /tmp/walk-probe] [--seeds 0,1] [--steps 200] [--mod 20]
+    python bench/walk_probe.py [--out /tmp/walk-probe] [--seeds 0,1] [--steps 200] [--mod 20] [--quick]
     python bench/walk_probe.py --classify /tmp/walk-probe/model /tmp/walk-probe/seed0/train/checkpoints/step-000200
 """
 
@@ -170,7 +170,10 @@ def main() -> int:
     parser.add_argument("--slips", default=",".join(map(str, SLIPS)), help="the warm start's near misses, comma-separated")
     parser.add_argument("--classify", nargs="+", metavar="CHECKPOINT",
                         help="only sample these checkpoints afresh (16 per problem) and count the kinds of answers")
+    parser.add_argument("--quick", action="store_true", help="one seed, 2 training steps, 2 warm-start steps: checks that the probe runs (seconds)")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.steps, args.sft_steps = "0", 2, 2  # 2: one generation cycle of the recipe
     MOD, AFTER_SLIP, LATTICE = args.mod, args.after_slip, args.lattice
     SLIPS = tuple(int(s) for s in args.slips.split(","))
     if args.classify:

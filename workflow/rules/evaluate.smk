@@ -137,7 +137,7 @@ if EVAL_JOBS == "cell":
                 pairs=cell_step_pairs("generations", lambda cell, step_dir: f"{step_dir}/generations.jsonl"),
                 bench_dir=bench_dir,
                 code_timeout=config["eval"]["code_timeout_s"],
-        strict_golds="--strict-golds" if config["eval"]["strict_golds"] else "",
+                strict_golds="--strict-golds" if config["eval"]["strict_golds"] else "",
             log:
                 f"{CELL}/logs/score.log",
             benchmark:

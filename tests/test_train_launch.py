@@ -42,3 +42,99 @@ def test_backend_packages_of_accelerate_configs(tmp_path):
     assert accelerate_packages(tmp_path / "ds.yaml") == ["deepspeed"] and accelerate_packages(FSDP2) == []
     with pytest.raises(ValueError, match="bad.yaml has no distributed_type"):
         accelerate_packages(tmp_path / "bad.yaml")
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc), parents first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        pid, ppid = int(text.split(" ", 1)[0]), int(text.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(pid)
+    tree, queue = [], [root]
+    while queue:
+        pid = queue.pop(0)
+        tree.append(pid)
+        queue += children.get(pid, [])
+    return tree
+
+
+@pytest.fixture(scope="module")
+def two_process_cell(tmp_path_factory):
+    """A tiny model and data, and a cell trained by 2 processes under the paper's fsdp2.yaml (on a CPU
+    accelerate runs it as MULTI_CPU): a generation cycle of 2 steps, a resumable checkpoint every cycle."""
+    import json
+
+    pytest.importorskip("trl")
+    from balagg.tinyworld.model import build_model, build_tokenizer
+
+    root = tmp_path_factory.mktemp("two-process-cell")
+    tokenizer = build_tokenizer()
+    build_model("tiny-s", tokenizer, seed=0).save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    rows = [{"id": f"add-{a}-{b}", "problem": f"{a}+{b}", "answer": str(a + b), "source": "test"}
+            for a in range(3) for b in range(3)]
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cell = {
+        "model": str(root / "model"), "train_files": [str(root / "train.jsonl")], "aggregator": "balanced-agg",
+        "seed": 3, "prompt_template": "{problem}=", "answer_format": "boxed", "learning_rate": 1e-3,
+        "warmup_steps": 1, "num_generations": 2, "prompts_per_step": 4, "mini_batches": 2, "micro_batch_size": 2,
+        "max_prompt_length": 64, "max_completion_length": 8, "overlong_buffer_len": 4, "total_steps": 40,
+        "save_every": 2, "keep_checkpoints": 2, "verifier_workers": 1, "num_processes": 2,
+        "accelerate_config": FSDP2,
+    }
+    (root / "cell.json").write_text(json.dumps(cell))
+    return root / "cell.json"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the process tree in /proc")
+@pytest.mark.parametrize("target", ["launcher", "every process"])
+def test_a_stop_signal_to_a_two_process_launch_stops_every_rank_at_a_checkpoint_and_exits_75(
+        two_process_cell, tmp_path, target):
+    """``balagg train --launch`` of a 2-process cell (accelerate launch -> torchrun's agent -> 2 ranks):
+    SIGUSR1 to the launcher (a person, Slurm's ``--signal=B:USR1``), or SIGTERM to every process of the tree
+    at once (Slurm's time limit, scancel, preemption), stops both ranks at a cycle boundary with a resumable
+    checkpoint, ``stopped.json`` and exit 75 (not the agent killing its workers: 143 / 138)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from balagg.train.deadline import EXIT_RESUMABLE
+    from balagg.train.files import read_metrics
+
+    workdir, manifest = tmp_path / "train", tmp_path / "manifest.json"
+    command = [sys.executable, "-m", "balagg", "train", "--launch", "--cell", str(two_process_cell),
+               "--workdir", str(workdir), "--out", str(manifest)]
+    # torchrun's agent gives ranks it terminates 30 s before SIGKILL; a GPU cycle takes minutes, a CPU one
+    # about a second: with no grace at all the agent's own answer to a signal can never pass for a stop
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "0"}
+    launcher = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while len(read_metrics(workdir / "metrics.jsonl")) < 1:  # both ranks train, their handlers are set
+            assert launcher.poll() is None, launcher.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no training step within 300 s"
+            time.sleep(0.05)
+        if target == "launcher":
+            launcher.send_signal(signal.SIGUSR1)
+        else:
+            for pid in _tree(launcher.pid):
+                os.kill(pid, signal.SIGTERM)
+        _, err = launcher.communicate(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    name = "SIGUSR1" if target == "launcher" else "SIGTERM"
+    assert launcher.returncode == EXIT_RESUMABLE, err[-3000:]
+    stopped = json.loads((workdir / "stopped.json").read_text())
+    assert stopped["reason"] == f"signal {name}" and stopped["step"] % 2 == 0 and stopped["step"] < 40
+    assert (workdir / "state" / f"checkpoint-{stopped['step']}").is_dir()
+    assert [row["step"] for row in read_metrics(workdir / "metrics.jsonl")] == list(range(1, stopped["step"] + 1))
+    assert not manifest.exists()

@@ -8,6 +8,9 @@ import os
 import signal
 
 PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+"""The signals that ask a trainer to stop at its next resumable checkpoint (balagg.train.deadline):
+Slurm's time limit, scancel and preemption (SIGTERM), ``--signal=USR1@...`` (SIGUSR1)."""
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -36,3 +39,28 @@ def reset_signal_handlers() -> None:
             continue
         if callable(handler) and handler is not signal.default_int_handler:
             signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+
+def children_with_env(parent: int, name: str) -> list[int]:
+    """The live child processes of ``parent`` whose environment (as they were started) sets ``name``,
+    read from /proc (Linux); an empty list where /proc is not there."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    marker = name.encode() + b"="
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
+            if fields[0] == b"Z" or int(fields[1]) != parent:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if any(item.startswith(marker) for item in environ.read().split(b"\0")):
+                    found.append(int(entry))
+        except (OSError, IndexError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+    return found

@@ -11,8 +11,10 @@ the last step, :class:`StopGuard` asks whether one more cycle still fits:
 with ``cycle_seconds`` = mean measured seconds per optimiser step x steps per cycle, ``save_seconds``
 the measured duration of the last resumable save (``DEFAULT_SAVE_S`` before the first one), and
 ``margin`` = 5 % of the limit, clamped to [30 s, 300 s]. SIGTERM and SIGUSR1 (Slurm's ``--signal``,
-scancel, preemption) request the same stop at the next cycle boundary. Every process takes the
-decision together (the flag is max-reduced over processes), so a DDP job stops at one step.
+scancel, preemption) request the same stop at the next cycle boundary; in a launch of several
+processes :mod:`balagg.train.agent` hands them to every rank (torchrun's agent would end the ranks
+instead). Every process takes the decision together (the flag is max-reduced over processes), so a DDP
+job stops at one step.
 
 A stopped job writes ``stopped.json`` in its work directory, no manifest, and exits with
 :data:`EXIT_RESUMABLE` (75, EX_TEMPFAIL): Snakemake counts it as failed and its retry (``--retries``)
@@ -30,13 +32,14 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
+from balagg.processes import STOP_SIGNALS
+
 log = logging.getLogger("balagg.train")
 
 EXIT_RESUMABLE = 75
 """Exit status of a training job that stopped early at a resumable checkpoint (sysexits EX_TEMPFAIL)."""
 START_ENV = "BALAGG_JOB_START_TIME"
 DEFAULT_SAVE_S = 120.0
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 class TrainingStopped(Exception):

@@ -1,6 +1,7 @@
 """The command that trains a cell on its hardware: plain ``python -m balagg train`` for one process without
 an accelerate config (CPU, one GPU), else ``accelerate launch`` with the cell's ``accelerate_config``
-(configs/accelerate/*.yaml) and ``num_processes``."""
+(configs/accelerate/*.yaml) and ``num_processes``, run through :mod:`balagg.train.agent` so that a stop
+signal reaches every rank."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def launch_command(cell: CellConfig, cell_path: str | Path, workdir: str | Path,
     train = ["-m", "balagg", "train", "--cell", str(cell_path), "--workdir", str(workdir), "--out", str(manifest)]
     if cell.num_processes == 1 and cell.accelerate_config is None:
         return [python, *train]
-    launch = [python, "-m", "accelerate.commands.launch", "--num_processes", str(cell.num_processes)]
+    launch = [python, "-m", "balagg.train.agent", "--num_processes", str(cell.num_processes)]
     if cell.accelerate_config is not None:
         if not Path(cell.accelerate_config).is_file():
             raise ValueError(f"cell config: accelerate_config {cell.accelerate_config} does not exist")
@@ -110,8 +111,10 @@ def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] 
 
     - the child gets PR_SET_PDEATHSIG=SIGKILL and marks its own trainer processes likewise
       (``$BALAGG_LAUNCHED``), so ``kill -9`` of this launcher ends the whole tree;
-    - SIGTERM / SIGUSR1 / SIGINT are forwarded to the child, which stops at a resumable checkpoint
-      (balagg.train.deadline), and the launcher waits for it;
+    - SIGTERM / SIGUSR1 are forwarded to the child, a trainer that stops at its next resumable checkpoint
+      (balagg.train.deadline) or the agent of several (balagg.train.agent), which hands them to every
+      rank; SIGINT too, which ends the training at once (KeyboardInterrupt in a trainer; the agent ends
+      its ranks); the launcher waits for the child;
     - the lock (an flock on ``train.lock``) is held by the launcher and inherited by the child, so a
       second trainer on the folder is refused while either lives;
     - ``invalidate`` paths are removed once the lock is held, before the child starts;

@@ -88,7 +88,7 @@ def test_launch_command_uses_accelerate_for_several_processes(tmp_path):
     config = tmp_path / "fsdp2.yaml"
     config.write_text("distributed_type: FSDP\n")
     multi = launch_command(cell(num_processes=2, accelerate_config=str(config)), "cell.json", "train", "m.json")
-    assert multi[:8] == [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2",
+    assert multi[:8] == [sys.executable, "-m", "balagg.train.agent", "--num_processes", "2",
                          "--config_file", str(config), "-m"]
     with pytest.raises(ValueError, match="does not exist"):
         launch_command(cell(num_processes=2, accelerate_config=str(tmp_path / "nope.yaml")), "c", "w", "m")
@@ -160,3 +160,19 @@ def test_paper_config_turns_the_is_correction_off_and_keeps_groups_whole():
         config = CellConfig.from_dict({**BASE, **known, "num_processes": model["train_resources"]["gpus"],
                                        "accelerate_config": None})
         assert config.group_preserving_minibatches, name
+
+
+def test_collective_timeout_is_a_config_value_that_leaves_the_hash_alone():
+    """The process group's timeout (every rank waits in a collective while the main process writes an
+    evaluation checkpoint) is the cell's collective_timeout_minutes, given to transformers as ddp_timeout;
+    it changes how a job runs, not what it trains."""
+    from trl import GRPOConfig
+
+    config = cell(collective_timeout_minutes=90)
+    kwargs = grpo_config_kwargs(config, "out")
+    assert kwargs["ddp_timeout"] == 90 * 60
+    assert GRPOConfig(**kwargs, use_cpu=True).ddp_timeout_delta.total_seconds() == 5400
+    assert grpo_config_kwargs(cell(), "out")["ddp_timeout"] == 30 * 60  # transformers' own default
+    assert config.config_hash() == cell().config_hash()
+    with pytest.raises(ValueError, match="collective_timeout_minutes must be >= 1"):
+        cell(collective_timeout_minutes=0)

@@ -253,4 +253,56 @@ def test_campaign_summary_ends_on_table1_report_and_mlflow_command(smoke):
     assert table in text and "(missing)" not in text
     assert "report.html" in text and "figure3.png" in text
     experiment_id = json.loads((smoke / "results/smoke/mlflow/experiment.json").read_text())["experiment_id"]
-    assert f"ui --backend-store-uri sqlite:///" in text and f"#/experiments/{experiment_id}" in text
+    assert f"ui --backend-store-uri sqlite:///" in text and f"#/experiments/{experiment_id}/runs" in text
+
+
+def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs_and_datasets(smoke, tmp_path):
+    """The MLflow line of `balagg summary`, run as printed (on a free port) and its page opened in headless
+    Chromium: the runs table (not the traces overview) lists every cell's run by name, and the Dataset
+    column shows the cell's training set. The screenshot is kept beside the test's files (runs.png)."""
+    import os
+    import shlex
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    from balagg.commands.summary import summary_text
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    line = next(line for line in summary_text(smoke / "results/smoke").splitlines() if line.startswith("MLflow:"))
+    command, _, page = line.removeprefix("MLflow:").partition("# then open http://127.0.0.1:5000/")
+    assert page.startswith("#/experiments/") and page.endswith("/runs"), line
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([*shlex.split(command), "--port", str(port), "--workers", "1"], cwd=smoke,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "mlflow ui did not start"
+                time.sleep(2)
+        url = f"http://127.0.0.1:{port}/{page}"
+        chromium = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1600,900",
+                    "--virtual-time-budget=30000"]
+        screenshot = tmp_path / "runs.png"
+        subprocess.run([*chromium, f"--screenshot={screenshot}", url], capture_output=True, timeout=240)
+        dom = subprocess.run([*chromium, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers
+        server.wait(timeout=60)
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rendered = " ".join(re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", dom, flags=re.S).split())
+    assert "Training runs" in rendered and "Run Name" in rendered, rendered[:2000]
+    for cell in CELLS:
+        assert cell in dom, f"{cell} is not in the runs table"
+    assert "arith-long (" in rendered and "Training" in rendered, "the Dataset column is empty"

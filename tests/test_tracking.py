@@ -78,3 +78,86 @@ def test_campaign_experiment_opens_as_model_training_and_runs_filter_by_aggregat
     (only,) = mlflow.search_runs(experiment_names=["campaign"], output_format="list",
                                  filter_string="tags.aggregator = 'token-agg'")
     assert only.info.run_name == "tiny-s/arith-long/token-agg/seed0" and only.data.tags["seed"] == "0"
+
+
+def prepared_file(folder, name: str, rows: list[dict], location: str):
+    """A prepared training set or benchmark and the prepare-data report beside it (docs/files.md)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (folder / f"{name}.report.json").write_text(json.dumps({"source": name, "location": location, "out": str(path)}))
+    return path
+
+
+def test_a_cells_training_set_and_benchmarks_are_its_runs_dataset_inputs_with_their_revisions(tmp_path):
+    """Through MLflow's own API on a SQLite store, as the runs table reads them: the training set and every
+    benchmark, each once (a rerun adds nothing), named as the campaign names them, with the context it was
+    used in, a digest of the file, and its hub repository at the revision fetch.json recorded (a local or
+    tiny-world source: the file itself)."""
+    import hashlib
+    import json
+
+    import mlflow
+
+    from balagg.cli import main
+    from balagg.tracking import dataset_inputs, setup_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert setup_experiment(uri, "campaign")["status"] == "ok"
+    data = tmp_path / "results" / "data"
+    train = prepared_file(data / "train", "arith", [{"id": "dapo-0000", "problem": "1+1", "answer": "2"}],
+                          "owner/dapo-hub")
+    math500 = prepared_file(data / "bench", "math500", [{"id": "math500-0000", "problem": "2+2", "answer": "4"}],
+                            str(tmp_path / "raw" / "math500"))
+    aime24 = prepared_file(data / "bench", "aime24", [{"id": "aime24-0000", "problem": "3+3", "answer": "6"}],
+                           "owner/aime-hub")
+    fetch = tmp_path / "results" / "fetch.json"
+    fetch.write_text(json.dumps({"repos": [
+        {"repo_id": "owner/dapo-hub", "repo_type": "dataset", "commit": "c0ffee1", "name": "dapo-math-17k"},
+        {"repo_id": "owner/model", "repo_type": "model", "commit": "beef", "name": None}]}))
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({
+        "cell": "tiny-s/arith/balanced-agg/seed0", "model": "tiny-s", "dataset": "arith", "aggregator": "balanced-agg",
+        "seed": 0, "config_hash": "abc", "mlflow_tracking_uri": uri,
+        "config": {"mlflow_experiment": "campaign", "train_files": [str(train)]}}))
+    curve = tmp_path / "curve.csv"
+    curve.write_text("step,benchmark,acc@8,best@8\n0,math500,0.5,0.75\n0,aime24,0.25,0.5\n")
+    command = ["track", "eval", "--manifest", str(manifest), "--curve", str(curve), "--fetch", str(fetch),
+               "--benchmark-data", str(math500), str(aime24)]
+    for attempt in range(2):
+        out = tmp_path / f"mlflow-{attempt}.json"
+        assert main([*command, "--out", str(out)]) == 0
+        status = json.loads(out.read_text())
+        assert status["status"] == "ok" and status["datasets"] == ["arith", "math500", "aime24"], status
+
+    mlflow.set_tracking_uri(uri)
+    (run,) = mlflow.search_runs(experiment_names=["campaign"], output_format="list")
+    found = {}
+    for item in run.inputs.dataset_inputs:
+        context = {tag.key: tag.value for tag in item.tags}["mlflow.data.context"]
+        found[item.dataset.name] = (context, item.dataset.digest, item.dataset.source_type, json.loads(item.dataset.source))
+    assert len(run.inputs.dataset_inputs) == 3  # the rerun logged nothing twice
+
+    def digest(path):
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+    assert found["arith"][:3] == ("training", digest(train), "hugging_face")
+    assert (found["arith"][3]["path"], found["arith"][3]["revision"]) == ("owner/dapo-hub", "c0ffee1")
+    assert found["math500"] == ("evaluation", digest(math500), "local", {"uri": str(math500.resolve())})
+    assert found["aime24"][:3] == ("evaluation", digest(aime24), "hugging_face")
+    assert found["aime24"][3]["path"] == "owner/aime-hub" and found["aime24"][3]["revision"] is None  # not fetched
+    assert [d["name"] for d in dataset_inputs([train], [], None)] == ["arith"]
+
+
+def test_the_printed_mlflow_link_opens_the_experiments_runs_table():
+    """MLflow 3's UI opens ``#/experiments/<id>`` on the GenAI traces overview, whatever the experiment's
+    kind tag; ``#/experiments/<id>/runs`` is the runs table (tests/test_pipeline.py opens it in Chromium)."""
+    from balagg.commands.summary import mlflow_command
+
+    local = mlflow_command({"tracking_uri": "sqlite:////r/mlflow.db", "experiment_id": "3"})
+    assert local.endswith("# then open http://127.0.0.1:5000/#/experiments/3/runs")
+    assert "ui --backend-store-uri sqlite:////r/mlflow.db" in local
+    assert mlflow_command({"tracking_uri": "http://mlflow:5000/", "experiment_id": "7"}) == (
+        "open http://mlflow:5000/#/experiments/7/runs")

@@ -10,6 +10,8 @@ MLflow's own HTTP retries are capped, so an unreachable server costs seconds, no
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import logging
 import math
 import os
@@ -147,9 +149,9 @@ def supersede(client, run_ids: list[str], new_run_id: str) -> None:
 ANALYSIS_RUN_NAME = "analysis"
 
 EXPERIMENT_TAGS = {
-    # MLflow 3's UI picks an experiment's view from this tag (mlflow/server/js: ExperimentKind);
-    # "custom_model_development" is model training: `mlflow ui` opens on the runs and their charts,
-    # not on the GenAI traces overview.
+    # MLflow 3's UI reads an experiment's kind from this tag (mlflow/server/js: ExperimentKind);
+    # "custom_model_development" is model training. The UI still opens #/experiments/<id> on the GenAI
+    # traces overview, so the printed link is #/experiments/<id>/runs (balagg summary).
     "mlflow.experimentKind": "custom_model_development",
     "mlflow.note.content": (
         "One run per grid cell, named model/dataset/aggregator/seedN and tagged model, dataset, aggregator, "
@@ -289,13 +291,74 @@ def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]
     return by_step
 
 
-def log_eval_curve(uri: str, manifest: dict[str, Any], curve_rows: list[dict[str, Any]]) -> dict[str, Any]:
+DATASET_DIGEST_CHARS = 12
+"""Hex characters of a dataset input's digest (the sha256 of its file; MLflow keeps at most 36)."""
+
+
+def dataset_inputs(train_files: list[str | os.PathLike], benchmark_files: list[str | os.PathLike],
+                   fetch: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """What a cell read, as MLflow dataset inputs (the runs table's Dataset column): each training set
+    (context ``training``) and benchmark (``evaluation``) file, named as the campaign names it (the file's
+    name), with the sha256 of its content as digest and its source: the hub repository the prepare-data
+    report beside the file names, at the commit ``fetch`` (fetch.json) recorded for it (None when it was
+    not fetched), or, for a local or tiny-world source, the file itself. A missing file is skipped with a
+    warning (MLflow is a window onto the files, never a reason to stop)."""
+    from balagg.hub import is_hub_id
+
+    revisions = {repo["repo_id"]: repo.get("commit") for repo in (fetch or {}).get("repos", [])
+                 if repo.get("repo_type") == "dataset"}
+    described = []
+    for context, files in (("training", train_files), ("evaluation", benchmark_files)):
+        for file in files:
+            path = Path(file)
+            if not path.is_file():
+                log.warning("%s: no such file; not logged as a dataset input of the run", path)
+                continue
+            name = path.name.removesuffix(contract.dataset_filename(""))
+            report = path.parent / Path(contract.data_report_file("train", name)).name
+            location = json.loads(report.read_text()).get("location") if report.is_file() else None
+            entry = {"name": name, "context": context, "file": str(path.resolve()),
+                     "digest": hashlib.sha256(path.read_bytes()).hexdigest()[:DATASET_DIGEST_CHARS]}
+            if location and is_hub_id(location):
+                entry |= {"repo_id": location, "revision": revisions.get(location)}
+            described.append(entry)
+    return described
+
+
+def _log_dataset_inputs(mlflow, run_id: str, inputs: list[dict[str, Any]]) -> None:
+    """``inputs`` (:func:`dataset_inputs`) into the run, each (name, digest, context) once."""
+    from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.data.sources import LocalArtifactDatasetSource
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    client = mlflow.MlflowClient()
+    held = {(item.dataset.name, item.dataset.digest, tag.value) for item in client.get_run(run_id).inputs.dataset_inputs
+            for tag in item.tags if tag.key == MLFLOW_DATASET_CONTEXT}
+    new = []
+    for entry in inputs:
+        if (entry["name"], entry["digest"], entry["context"]) in held:
+            continue
+        source = (HuggingFaceDatasetSource(path=entry["repo_id"], revision=entry["revision"]) if "repo_id" in entry
+                  else LocalArtifactDatasetSource(entry["file"]))
+        dataset = MetaDataset(source, name=entry["name"], digest=entry["digest"])
+        new.append(DatasetInput(dataset._to_mlflow_entity(), [InputTag(MLFLOW_DATASET_CONTEXT, entry["context"])]))
+    if new:
+        client.log_inputs(run_id, datasets=new)
+
+
+def log_eval_curve(uri: str, manifest: dict[str, Any], curve_rows: list[dict[str, Any]],
+                   inputs: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Evaluation metrics into the cell's run, each at its training step, each point once (also against a
-    concurrent call for the same store: :func:`_store_lock`)."""
+    concurrent call for the same store: :func:`_store_lock`), and the cell's ``inputs``
+    (:func:`dataset_inputs`) as the run's dataset inputs, each once."""
 
     def action(mlflow):
         with _store_lock(uri, "write"):
-            return _log_eval_points(mlflow, manifest, curve_rows)
+            status = _log_eval_points(mlflow, manifest, curve_rows)
+            _log_dataset_inputs(mlflow, status["run_id"], list(inputs))
+            return status | {"datasets": [entry["name"] for entry in inputs]}
 
     return _best_effort("eval logging", uri, action)
 
@@ -334,5 +397,3 @@ def _log_analysis_artifacts(mlflow, experiment: str, files: list[str]) -> dict[s
         for path in files:
             mlflow.log_artifact(path)
         return {"run_id": run.info.run_id, "artifacts": [os.path.basename(p) for p in files]}
-
-    return _best_effort("analysis logging", uri, action)

@@ -23,12 +23,17 @@ rule mlflow_setup:
 
 
 rule mlflow_log_eval:
-    """Evaluation metrics into the cell's run, at their training steps (eval/<benchmark>/acc_at_8, ...)."""
+    """Evaluation metrics into the cell's run, at their training steps (eval/<benchmark>/acc_at_8, ...), and
+    its training set and benchmarks as the run's dataset inputs (hub ones at fetch.json's revisions)."""
     input:
         manifest=f"{CELL}/{contract.MANIFEST_FILE}",
         curve=f"{CELL}/{CURVE}",
+        benchmarks=model_benchmarks,
+        fetch=[ancient(FETCH)] if USES_HUB else [],
     output:
         f"{CELL}/{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}",
+    params:
+        fetch=lambda wildcards, input: f"--fetch {input.fetch}" if input.fetch else "",
     log:
         f"{CELL}/logs/mlflow_log_eval.log",
     benchmark:
@@ -37,7 +42,8 @@ rule mlflow_log_eval:
     conda:
         "../../envs/cpu.yaml"
     shell:
-        "python -m balagg track eval --manifest {input.manifest} --curve {input.curve} --out {output} > {log} 2>&1"
+        "python -m balagg track eval --manifest {input.manifest} --curve {input.curve}"
+        " --benchmark-data {input.benchmarks} {params.fetch} --out {output} > {log} 2>&1"
 
 
 rule mlflow_log_analysis:

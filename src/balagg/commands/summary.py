@@ -1,7 +1,7 @@
 """``python -m balagg summary``: what a finished campaign gives a person to look at.
 
 Prints Table 1 (the markdown the workflow wrote), the paths of Figures 1-3, the diagnosis and the HTML
-report, and the command that opens MLflow on the campaign's experiment. ``make demo`` ends on it.
+report, and the command that opens MLflow on the campaign's runs table. ``make demo`` ends on it.
 Reads only files: results/{campaign}/analysis/, results/{campaign}/report.html and the experiment
 record of the mlflow_setup rule (results/{campaign}/mlflow/experiment.json).
 """
@@ -23,9 +23,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def mlflow_command(experiment_record: dict) -> str:
-    """The shell command that opens the campaign's experiment in MLflow's UI."""
+    """The shell command that opens the campaign's experiment in MLflow's UI, on its runs table
+    (``#/experiments/<id>/runs``: MLflow 3 opens ``#/experiments/<id>`` on the GenAI traces overview)."""
     uri, experiment_id = experiment_record.get("tracking_uri", ""), experiment_record.get("experiment_id")
-    page = f"#/experiments/{experiment_id}" if experiment_id is not None else ""
+    page = f"#/experiments/{experiment_id}/runs" if experiment_id is not None else ""
     if uri.startswith(("http://", "https://")):
         return f"open {uri.rstrip('/')}/{page}"
     executable = Path(sys.executable).with_name("mlflow")

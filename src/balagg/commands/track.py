@@ -1,7 +1,8 @@
 """``python -m balagg track``: MLflow alongside the workflow (files stay the source of truth).
 
     track setup    --tracking-uri URI --experiment NAME [--artifact-location DIR] --out experiment.json
-    track eval     --manifest manifest.json --curve eval/curve.csv --out eval/mlflow.json
+    track eval     --manifest manifest.json --curve eval/curve.csv [--benchmark-data FILE...] [--fetch fetch.json]
+                   --out eval/mlflow.json
     track analysis --tracking-uri URI --experiment NAME --out analysis/mlflow.json FILE...
 
 Each writes a small JSON status (``ok``, ``skipped`` when the server is unreachable, ``failed``) and exits
@@ -30,6 +31,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     evaluation.add_argument("--manifest", type=Path, required=True, help="the cell's manifest.json")
     evaluation.add_argument("--curve", type=Path, required=True, help="the cell's eval/curve.csv")
     evaluation.add_argument("--tracking-uri", default=None, help="default: the manifest's")
+    evaluation.add_argument("--benchmark-data", nargs="*", type=Path, default=[],
+                            help="the cell's prepared benchmark files, logged as its evaluation datasets (its "
+                                 "training sets, the manifest's train_files, as its training datasets)")
+    evaluation.add_argument("--fetch", type=Path, default=None,
+                            help="the campaign's fetch.json: the revisions of its hub datasets")
     evaluation.add_argument("--out", type=Path, required=True)
     analysis = actions.add_parser("analysis", help="log Table 1, the figures and the diagnosis as artifacts")
     analysis.add_argument("--tracking-uri", required=True)
@@ -50,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
         with args.curve.open(newline="") as handle:
             rows = list(csv.DictReader(handle))
         uri = args.tracking_uri or manifest.get("mlflow_tracking_uri") or manifest["config"].get("mlflow_tracking_uri")
-        status = tracking.log_eval_curve(uri, manifest, rows) if uri else {"status": "skipped", "reason": "no URI"}
+        fetch = json.loads(args.fetch.read_text()) if args.fetch else None
+        inputs = tracking.dataset_inputs(manifest["config"].get("train_files", []), args.benchmark_data, fetch)
+        status = tracking.log_eval_curve(uri, manifest, rows, inputs) if uri else {"status": "skipped", "reason": "no URI"}
     else:
         missing = [str(path) for path in args.files if not path.exists()]
         if missing:

@@ -69,11 +69,10 @@ def exit_without_teardown(code: int, thread_grace_s: float = THREAD_GRACE_S) -> 
     some, never shut down); wait for the non-daemon threads; run the ``atexit`` handlers (logging's
     shutdown, multiprocessing's worker clean-up, MLflow's flush of queued points); flush stdout and
     stderr. What is skipped is the garbage collection of every imported module, which after torch,
-    transformers and MLflow costs up to 2.5-3 CPU s per process (bench/startup.py's whole-run table; a
-    train job of the embedded default spent 3 s between its manifest and its exit), in each of the
-    embedded default's ~60 Python jobs. Files are written atomically and closed by the code that writes
-    them, so none is left to finalisation. Only ``python -m balagg`` exits this way; :func:`main`
-    returns normally.
+    transformers and MLflow is a large share of a short job's CPU time, paid by every Python job of a
+    workflow (bench/startup.py's whole-run table measures it; docs/performance.md). Files are written
+    atomically and closed by the code that writes them, so none is left to finalisation. Only
+    ``python -m balagg`` exits this way; :func:`main` returns normally.
 
     One difference from the interpreter: threads still running ``thread_grace_s`` after the hooks
     started (a pool worker stuck in a task, a library thread that never ends) are named in one line on

@@ -2,8 +2,9 @@
 
 A quick run uses tiny shapes and few repeats: its timings measure nothing, so no target is checked; what
 a bench verifies itself (verdicts, equivalence, a valid run) is, through its exit status and the lines
-it prints. bench/gpu_smoke.py has its own test (tests/test_gpu_smoke.py). The scripts that train, build
-models or start several interpreters are ``slow`` (outside ``make test-fast``).
+it prints. bench/gpu_smoke.py and the step it runs, bench/fsdp_microbatch.py, have their own test
+(tests/test_gpu_smoke.py). The scripts that train, build models or start several interpreters are
+``slow`` (outside ``make test-fast``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
-OWN_TEST = {"gpu_smoke.py": "tests/test_gpu_smoke.py"}
-"""Bench scripts that a test of their own runs, apart from this file's quick runs."""
+OWN_TEST = {"gpu_smoke.py": "tests/test_gpu_smoke.py", "fsdp_microbatch.py": "tests/test_gpu_smoke.py"}
+"""Bench scripts that a test of their own runs, apart from this file's quick runs (bench/gpu_smoke.py runs
+fsdp_microbatch.py as one of its steps)."""
 
 QUICK: dict[str, tuple[list[str], list[str]]] = {
     # script: (arguments after the script, lines (substrings) its output must contain)

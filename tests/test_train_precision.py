@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from accelerate_launch import launch_env
+from accelerate_launch import launched_plugin as plugin_from_environment
 from balagg.train.precision import apply_policy, policy_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,21 +20,10 @@ FSDP2 = REPO / "configs" / "accelerate" / "fsdp2.yaml"
 
 def launched_plugin(config_file: Path, monkeypatch):
     """The FullyShardedDataParallelPlugin of a process that `accelerate launch --config_file config_file`
-    started on 8 GPUs: accelerate's launcher sets the environment, the Accelerator builds the plugin from it and
-    AcceleratorState sets the config's mixed precision on it (state.py)."""
-    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils import FullyShardedDataParallelPlugin
-    from accelerate.utils.launch import prepare_multi_gpu_env
-
-    args = launch_command_parser().parse_args(["--config_file", str(config_file), "--num_processes", "8", "x.py"])
-    args, _defaults, _from_config = _validate_launch_command(args)
-    env = prepare_multi_gpu_env(args)
-    for key, value in env.items():
-        if key.startswith(("FSDP_", "ACCELERATE_")):
-            monkeypatch.setenv(key, value)
-    plugin = FullyShardedDataParallelPlugin()
-    plugin.set_mixed_precision(env["ACCELERATE_MIXED_PRECISION"])
-    return plugin
+    started on 8 GPUs."""
+    for key, value in launch_env(config_file).items():
+        monkeypatch.setenv(key, value)
+    return plugin_from_environment()
 
 
 def test_the_fsdp2_config_reduces_gradients_in_fp32_and_computes_in_bf16(monkeypatch):

@@ -1,5 +1,6 @@
 """Trainer callback: one metrics.jsonl line (and MLflow metrics) per optimiser step, plus the
-weights-only evaluation checkpoints.
+weights-only evaluation checkpoints at the checkpoint steps after 0 (step 0 is the initial model, which the
+workflow evaluates from the model's own folder, once per model: a copy per cell would never be read).
 
 Keys of a metrics line (docs/files.md): step, reward_mean, accuracy, pg_loss (the aggregated
 policy-gradient loss = sum_i w_i sum_t l_it of the step), entropy, clip_frac_low/high/region, grad_norm
@@ -25,6 +26,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from balagg.io import write_json
 from balagg.tracking import Tracker
+from balagg.train.checkpoints import compute_dtype, write_eval_checkpoint
 from balagg.train.files import CellDir, append_metrics
 
 log = logging.getLogger("balagg.train")
@@ -91,22 +93,26 @@ class CellCallback(TrainerCallback):
     # ---- evaluation checkpoints ---------------------------------------------------------------------
 
     def save_eval_checkpoint(self, step: int) -> None:
-        """Weights + tokenizer, loadable by from_pretrained, placed by one atomic rename. All processes
-        call this (sharded models are gathered inside save_model); the main process renames."""
+        """Weights + tokenizer, loadable by from_pretrained, in the training's compute dtype
+        (balagg.train.checkpoints), placed by one atomic rename. All processes call this: accelerate's
+        ``get_state_dict`` gathers FSDP shards onto the main process, which writes, checks that the folder
+        holds weights, and renames."""
         final = self.cell_dir.checkpoint(step)
         if final.exists():  # complete (only renames create it): a resumed run recomputes identical weights
             return
         tmp = final.with_name(f".{final.name}.tmp")
         trainer = self.trainer
-        if trainer.is_world_process_zero() and tmp.exists():
+        main = trainer.is_world_process_zero()
+        if main and tmp.exists():
             shutil.rmtree(tmp)
-        trainer.accelerator.wait_for_everyone()
-        trainer.save_model(str(tmp))
-        trainer.accelerator.wait_for_everyone()
-        if trainer.is_world_process_zero():
-            (tmp / "training_args.bin").unlink(missing_ok=True)
+        state_dict = trainer.accelerator.get_state_dict(trainer.model)  # collective under FSDP
+        if main:
+            write_eval_checkpoint(trainer.accelerator.unwrap_model(trainer.model), state_dict,
+                                  trainer.processing_class, tmp, compute_dtype(trainer.args))
             tmp.rename(final)
             log.info("saved evaluation checkpoint %s", final)
+        del state_dict
+        trainer.accelerator.wait_for_everyone()
 
     def on_save(self, args, state, control, **kwargs):
         """With each resumable checkpoint, the training verifier's counts so far (``verifier.json``): a job
@@ -114,10 +120,6 @@ class CellCallback(TrainerCallback):
         a resumed one goes on counting from them."""
         if self.reward is not None and self.trainer is not None and self.trainer.is_world_process_zero():
             write_verifier_counts(self.cell_dir, self.verifier_spec, self.reward)
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0 and 0 in self.checkpoint_steps:
-            self.save_eval_checkpoint(0)
 
     # ---- per-step metrics ---------------------------------------------------------------------------
 

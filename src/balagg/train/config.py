@@ -30,7 +30,7 @@ from balagg import contract
 from balagg.prompts import ANSWER_FORMATS, PromptFormat
 from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
 
-OPERATIONAL_FIELDS = ("time_limit_minutes", "mlflow_tracking_uri", "mlflow_experiment")
+OPERATIONAL_FIELDS = ("time_limit_minutes", "collective_timeout_minutes", "mlflow_tracking_uri", "mlflow_experiment")
 """Fields that change how a job is run or where it is logged, not what it trains (left out of the config
 hash, so the hash of a cell does not depend on the checkout's folder or the job's time limit)."""
 
@@ -93,7 +93,7 @@ class CellConfig:
     # checkpoints
     save_every: int = 10  # resumable checkpoints, a multiple of the generation cycle
     keep_checkpoints: int = 2  # resumable checkpoints kept (weights-only eval checkpoints are all kept)
-    eval_steps: list[int] = field(default_factory=list)  # weights-only checkpoints; step 0 always included
+    eval_steps: list[int] = field(default_factory=list)  # evaluated steps (weights-only checkpoints); step 0 always evaluated
     eval_every: int = 0  # also every N steps when > 0 (and the last step)
     # wall-clock limit of one training job (Slurm --time): stop at a resumable checkpoint before it and
     # exit 75 so the workflow's retry resumes (balagg.train.deadline); None: no limit
@@ -110,7 +110,10 @@ class CellConfig:
     # leaves [0, 3] are masked out); its masked fractions are logged per step when on. TRL's default is on.
     vllm_importance_sampling_correction: bool = True
     accelerate_config: str | None = None  # e.g. configs/accelerate/fsdp2.yaml (GPU runs)
-    time_limit_minutes: int | None = None  # the job's wall-clock limit (Slurm runtime); None = none
+    # how long every process waits in one collective (all-reduce, all-gather, barrier) before the job fails:
+    # torch.distributed's process-group timeout (transformers' ddp_timeout, whose default is 30 minutes).
+    # Ranks wait in one while the main process writes an evaluation checkpoint.
+    collective_timeout_minutes: int = 30
     torch_threads: int = 1  # CPU intra-op threads
 
     # tracking
@@ -183,6 +186,8 @@ class CellConfig:
 
             check_fits(self.model_name, self.max_position_embeddings, self.max_prompt_length,
                        self.max_completion_length, "training", self.max_position_embeddings)
+        if self.collective_timeout_minutes < 1:
+            raise ValueError(f"cell config: collective_timeout_minutes must be >= 1, got {self.collective_timeout_minutes}")
         if self.time_limit_minutes is not None and self.time_limit_minutes < 1:
             raise ValueError(f"cell config: time_limit_minutes must be >= 1 or null, got {self.time_limit_minutes}")
         if self.verifier_timeout_s <= 0:
@@ -229,7 +234,8 @@ class CellConfig:
         return PromptFormat(chat=self.use_chat_template, enable_thinking=self.enable_thinking)
 
     def checkpoint_steps(self) -> list[int]:
-        """Steps that get a weights-only evaluation checkpoint: 0, eval_steps, every eval_every, last."""
+        """Steps that are evaluated: 0, eval_steps, every eval_every, last. Each after 0 gets a weights-only
+        checkpoint; step 0 is the initial model, evaluated from its own folder (no copy is saved)."""
         return self.checkpoint_steps_of(self.total_steps, self.eval_every, self.eval_steps)
 
     @staticmethod
@@ -325,6 +331,7 @@ def grpo_config_kwargs(cell: CellConfig, output_dir: str) -> dict[str, Any]:
         save_strategy="steps",
         save_steps=cell.save_every,
         save_total_limit=cell.keep_checkpoints,
+        ddp_timeout=cell.collective_timeout_minutes * 60,
         logging_steps=1,
         report_to="none",
         bf16=cell.bf16,

@@ -2,8 +2,10 @@
 names come from :mod:`balagg.contract`.
 
     DIR/metrics.jsonl                  one line per optimiser step
-    DIR/checkpoints/step-{N:06d}/      weights-only HF model + tokenizer (evaluation)
-    DIR/state/checkpoint-{N}/          TRL/Trainer resumable state (model, optimiser, scheduler, RNG)
+    DIR/checkpoints/step-{N:06d}/      weights-only HF model + tokenizer (evaluation; steps after 0, in the
+                                       training's compute dtype: balagg.train.checkpoints)
+    DIR/state/checkpoint-{N}/          TRL/Trainer resumable state (model, optimiser, scheduler, RNG; under
+                                       FSDP2 each rank writes its own shards, torch.distributed.checkpoint)
     DIR/train.log                      plain log lines
     DIR/mlflow_run_id                  the cell's MLflow run, resumed after a restart
     DIR/train.lock                     held (flock) by the one trainer working on DIR; names its pid

@@ -33,6 +33,12 @@ as TRL) and knows which micro-batch and optimiser step each response lands in:
 ``token-agg-microbatch`` (verl's legacy FSDP token-mean) is always applied per optimiser step, from the
 actual micro-batches: w_i = 1 / (T_m(i) * GA * P), T_m = tokens of the micro-batch of response i.
 
+Padding and order, none of which changes a weight or a gradient: each micro-batch is trimmed to its own
+longest prompt and completion, the no-gradient log-prob pass runs in width-sorted chunks at their own
+widths, and each process's rows of an optimiser step are sorted by width before the cut (not for the
+micro-batch rules) (:mod:`balagg.train.padding`). The prompt order of an epoch is a function of (seed,
+epoch) (:mod:`balagg.train.sampler`).
+
 The KL penalty is not multiplied by the advantage, so ``beta`` must be 0; the vLLM importance-sampling
 correction multiplies the per-token loss and therefore acts identically under every rule. When it is on,
 the share of responses (and of loss tokens) that it masks out is recorded with the batch's statistics
@@ -49,6 +55,7 @@ from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, uns
 
 from balagg.aggregation import (DEFAULT_SCOPES, MICRO_BATCH_RULES, aggregation_weights, canonical_rule,
                                 length_diagnostics)
+from balagg.train.padding import padding_span, row_widths, sort_within_steps, trim_micro_batch
 from balagg.train.sampler import EpochRepeatSampler
 
 
@@ -106,10 +113,13 @@ class AggregatedGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args: Any, aggregation: str, scope: str | None = None,
-                 group_preserving_minibatches: bool = False, **kwargs: Any) -> None:
+                 group_preserving_minibatches: bool = False, trim_padding: bool = True,
+                 length_sorted_microbatches: bool = True, **kwargs: Any) -> None:
         self.aggregation = canonical_rule(aggregation)
         self.aggregation_scope = scope if scope is not None else DEFAULT_SCOPES[self.aggregation]
         self.group_preserving_minibatches = group_preserving_minibatches
+        self.trim_padding = trim_padding
+        self.length_sorted_microbatches = length_sorted_microbatches
         config = kwargs.get("args", args[1] if len(args) > 1 else None)
         if config is None:
             raise ValueError("AggregatedGRPOTrainer needs an explicit GRPOConfig (args) with loss_type='dr_grpo'")
@@ -185,10 +195,12 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
             batch = split_pixel_values_by_grid(batch)
-            order = self._row_order(batch["completion_ids"].shape[0])
+            order = self._sorted_by_width(self._row_order(batch["completion_ids"].shape[0]), batch)
             batch = permute_rows(self._weight_advantages(batch, order), order)
-            batches = split_tensor_dict(batch, self.args.steps_per_generation)
-            self._buffered_inputs = [unsplit_pixel_values_by_grid(b) for b in batches]
+            batches = [unsplit_pixel_values_by_grid(b) for b in split_tensor_dict(batch, self.args.steps_per_generation)]
+            if self.trim_padding:
+                batches = [trim_micro_batch(b, self.pad_to_multiple_of) for b in batches]
+            self._buffered_inputs = batches
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def _row_order(self, rows: int) -> torch.Tensor:
@@ -201,6 +213,48 @@ class AggregatedGRPOTrainer(GRPOTrainer):
                              f"{self.num_generations}")
         groups = torch.randperm(rows // self.num_generations)
         return (groups[:, None] * self.num_generations + torch.arange(self.num_generations)).flatten()
+
+    def _sorted_by_width(self, order: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        """``order`` with each optimiser step's rows (of this process) widest first, so that trimmed
+        micro-batches (:mod:`balagg.train.padding`) are narrow. A step's gradient is the sum over its rows
+        whatever micro-batch holds them, so this changes no weight and no gradient, except for the
+        micro-batch rules, whose weights are defined by the micro-batches (their order is kept)."""
+        per_step = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
+        if (not (self.trim_padding and self.length_sorted_microbatches) or self.aggregation in MICRO_BATCH_RULES
+                or self.args.steps_per_generation % self.args.gradient_accumulation_steps):
+            return order
+        return sort_within_steps(order, row_widths(batch["prompt_mask"], batch["completion_mask"]).cpu(), per_step)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **inputs):
+        """TRL's forward; without gradients (the old and reference log-probs of a generation batch, in
+        chunks of ``batch_size`` rows) the rows are chunked by width and each chunk runs without its
+        padding columns (:func:`~balagg.train.padding.padding_span`); the log-probs and entropies of the
+        cut columns, where every row of the chunk is padding and the loss mask is 0, are 0 (a log-prob
+        never exceeds 0, so a ratio against them cannot overflow). With gradients the micro-batch has
+        been trimmed already (``_prepare_inputs``)."""
+        parent = super()._get_per_token_logps_and_entropies
+        if (torch.is_grad_enabled() or not self.trim_padding or compute_aux_loss
+                or any(value is not None for value in inputs.values())):
+            return parent(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                          compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **inputs)
+        rows, prompt_width = input_ids.shape[0], input_ids.shape[1] - logits_to_keep
+        prompt_mask, completion_mask = attention_mask[:, :prompt_width], attention_mask[:, prompt_width:]
+        order = torch.argsort(row_widths(prompt_mask, completion_mask), descending=True, stable=True)
+        logps = entropies = None
+        for start in range(0, rows, batch_size or rows):
+            chunk = order[start:start + (batch_size or rows)]
+            lead, keep = padding_span(prompt_mask[chunk], completion_mask[chunk], self.pad_to_multiple_of)
+            columns = slice(lead, prompt_width + keep)
+            chunk_logps, chunk_entropies, _ = parent(model, input_ids[chunk, columns], attention_mask[chunk, columns],
+                                                     keep, compute_entropy=compute_entropy)
+            if logps is None:
+                logps = chunk_logps.new_zeros(rows, logits_to_keep)
+                entropies = chunk_entropies.new_zeros(rows, logits_to_keep) if compute_entropy else None
+            logps[chunk, :keep] = chunk_logps
+            if compute_entropy:
+                entropies[chunk, :keep] = chunk_entropies
+        return logps, entropies, None
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)

@@ -37,7 +37,8 @@ Padding and order, none of which changes a weight or a gradient: each micro-batc
 longest prompt and completion, the no-gradient log-prob pass runs in width-sorted chunks at their own
 widths, and each process's rows of an optimiser step are sorted by width before the cut (not for the
 micro-batch rules) (:mod:`balagg.train.padding`). The prompt order of an epoch is a function of (seed,
-epoch) (:mod:`balagg.train.sampler`).
+epoch) (:mod:`balagg.train.sampler`), and the seed reaches a colocated vLLM engine
+(:mod:`balagg.train.seeding`).
 
 The KL penalty is not multiplied by the advantage, so ``beta`` must be 0; the vLLM importance-sampling
 correction multiplies the per-token loss and therefore acts identically under every rule. When it is on,
@@ -57,6 +58,7 @@ from balagg.aggregation import (DEFAULT_SCOPES, MICRO_BATCH_RULES, aggregation_w
                                 length_diagnostics)
 from balagg.train.padding import padding_span, row_widths, sort_within_steps, trim_micro_batch
 from balagg.train.sampler import EpochRepeatSampler
+from balagg.train.seeding import seeded_colocated_engine
 
 
 def importance_sampling_masked_counts(ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -135,7 +137,8 @@ class AggregatedGRPOTrainer(GRPOTrainer):
             )
         if getattr(config, "use_liger_kernel", False):
             raise ValueError("use_liger_kernel bypasses the dr_grpo loss; it cannot be combined with aggregation rules")
-        super().__init__(*args, **kwargs)
+        with seeded_colocated_engine(config.seed):  # the cell's seed reaches vLLM's sampling and our row order
+            super().__init__(*args, **kwargs)
         per_step = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
         whole_steps = self.args.steps_per_generation % self.args.gradient_accumulation_steps == 0
         if (group_preserving_minibatches or self.aggregation in MICRO_BATCH_RULES) and not whole_steps:

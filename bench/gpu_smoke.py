@@ -2,7 +2,12 @@
 
 Steps (each timed; a failing step is recorded and the others still run), in this order:
 
-0. ``probe-7b`` (below), first, as it needs only torch and transformers;
+0. ``probe-7b`` (below), first, as it needs only torch and transformers; then ``microbatch-fsdp2``
+   (bench/fsdp_microbatch.py): one full-width micro-batch of Qwen2.5-Math-7B's shape (micro_batch_size x
+   (prompt + completion) of configs/paper.yaml: 4 x 10,240 tokens) under FSDP2 through ``accelerate launch``
+   with configs/accelerate/fsdp2.yaml, one process per GPU (every visible GPU; 2 on the CPU when dry), with
+   the colocated vLLM engine resident where vLLM imports, holding what the model's
+   ``vllm_gpu_memory_utilization`` gives it on an 80 GiB GPU: peak memory per GPU;
 1. ``build``: a random Qwen2 of Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV, intermediate
    4864) with the tiny world's tokenizer, saved with ``save_pretrained``; tiny-world arithmetic problems
    as training and benchmark files.
@@ -260,6 +265,17 @@ def probe(shape: str, prompt: int, completion: int, device: str, repeats: int = 
     return figures
 
 
+def microbatch(workdir: Path, processes: int, timeout: float, dry: bool) -> dict:
+    """bench/fsdp_microbatch.py through the paper's launcher with ``processes`` processes; its figures."""
+    out = workdir / "microbatch" / "figures.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(REPO / "configs" / "accelerate" / "fsdp2.yaml"), "--num_processes", str(processes),
+               "--main_process_port", "0", str(REPO / "bench" / "fsdp_microbatch.py"), "--out", str(out)]
+    run(command + (["--quick"] if dry else []), out.parent / "microbatch.out", timeout)
+    return json.loads(out.read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.environ.get("OUT", "results/gpu_smoke"),
@@ -314,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
          "cuda" if gpu else "cpu")
     if gpu:
         torch.cuda.empty_cache()
+    step("microbatch-fsdp2", microbatch, workdir, torch.cuda.device_count() if gpu else 2, args.step_timeout, dry)
     built = step("build", build, workdir, "dry-small" if dry else "qwen2.5-0.5b")
     if built is not None:
         for rule in ("token-agg", "balanced-agg"):

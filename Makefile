@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.test-extras-stamp
 CORES  ?= all
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -55,6 +55,12 @@ demo: $(STAMP)
 test: $(TEST_STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
+
+# The inner loop's lane: every test but the slow ones (Snakemake, the pipeline, training end to end, the
+# benches' quick runs: tests/conftest.py). `make test` (CI) runs them all.
+test-fast: $(TEST_STAMP)
+	@$(BIN)/python -m compileall -q src >/dev/null
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/aggregation.py

@@ -1,9 +1,12 @@
-"""MLflow being unreachable costs a warning, never the run."""
+"""MLflow as a window onto the files: an unreachable server costs a warning, never the run; the campaign's
+experiment, its cells' runs and their dataset inputs as the UI reads them; the link that opens them."""
 
 from __future__ import annotations
 
 import logging
 import time
+
+import pytest
 
 from balagg.tracking import Tracker
 
@@ -50,6 +53,7 @@ def test_eval_metric_names_avoid_characters_mlflow_refuses():
                                       "eval/math500/best_at_8_bootstrap": 0.375}}
 
 
+@pytest.mark.slow  # an MLflow SQLite store (its migrations)
 def test_campaign_experiment_opens_as_model_training_and_runs_filter_by_aggregator(tmp_path):
     """Through MLflow's own API: the experiment kind tag (MLflow 3's UI view), and cell runs that a
     person can find by name and filter by model, dataset and aggregator."""
@@ -91,6 +95,7 @@ def prepared_file(folder, name: str, rows: list[dict], location: str):
     return path
 
 
+@pytest.mark.slow  # an MLflow SQLite store (its migrations)
 def test_a_cells_training_set_and_benchmarks_are_its_runs_dataset_inputs_with_their_revisions(tmp_path):
     """Through MLflow's own API on a SQLite store, as the runs table reads them: the training set and every
     benchmark, each once (a rerun adds nothing), named as the campaign names them, with the context it was

@@ -57,7 +57,7 @@ test: $(TEST_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
 # The inner loop's lane: every test but the slow ones (Snakemake, the pipeline, training end to end, the
-# benches' quick runs: tests/conftest.py). `make test` (CI) runs them all.
+# benches' quick runs, heavy processes: tests/conftest.py says which). `make test` (CI) runs them all.
 test-fast: $(TEST_STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m "not slow"

@@ -1,4 +1,4 @@
-"""bench/walk_probe.py (docs/laboratory.md, the seventh design): its warm start and its answer kinds. The
+"""bench/walk_probe.py (docs/laboratory.md, "Probing a design outside the workflow"): its warm start and its answer kinds. The
 walk task itself is balagg.tinyworld.walks (tests/test_tinyworld_walks.py)."""
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ def test_launch_command_uses_accelerate_for_several_processes(tmp_path):
     config = tmp_path / "fsdp2.yaml"
     config.write_text("distributed_type: FSDP\n")
     multi = launch_command(cell(num_processes=2, accelerate_config=str(config)), "cell.json", "train", "m.json")
-    assert multi[:8] == [sys.executable, "-m", "balagg.train.agent", "--num_processes", "2",
-                         "--config_file", str(config), "-m"]
+    assert multi[:10] == [sys.executable, "-m", "balagg.train.agent", "--num_processes", "2",
+                          "--main_process_port", "0", "--config_file", str(config), "-m"]
     with pytest.raises(ValueError, match="does not exist"):
         launch_command(cell(num_processes=2, accelerate_config=str(tmp_path / "nope.yaml")), "c", "w", "m")
 

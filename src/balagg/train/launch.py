@@ -70,7 +70,11 @@ def launch_command(cell: CellConfig, cell_path: str | Path, workdir: str | Path,
     train = ["-m", "balagg", "train", "--cell", str(cell_path), "--workdir", str(workdir), "--out", str(manifest)]
     if cell.num_processes == 1 and cell.accelerate_config is None:
         return [python, *train]
-    launch = [python, "-m", "balagg.train.agent", "--num_processes", str(cell.num_processes)]
+    # port 0: the rendezvous store binds a free port itself. accelerate checks its default 29500 before
+    # torchrun binds it, so two multi-process jobs starting together on one node (a shared GPU node, the
+    # rehearsal's single-node cluster) can both take it and one fails with EADDRINUSE
+    launch = [python, "-m", "balagg.train.agent", "--num_processes", str(cell.num_processes),
+              "--main_process_port", "0"]
     if cell.accelerate_config is not None:
         if not Path(cell.accelerate_config).is_file():
             raise ValueError(f"cell config: accelerate_config {cell.accelerate_config} does not exist")

@@ -16,8 +16,8 @@ Steps (each timed; a failing step is recorded and the others still run), in this
    launcher); ``train-vllm``: the same with colocated vLLM, where vLLM imports.
 3. ``resume``: the balanced-agg cell loses its last checkpoint and its manifest and is rerun: it must
    resume from step 2 and end at step 4 (``train-vllm`` runs after the evaluation, being the slowest).
-4. ``generate-score``: the last evaluation checkpoint through ``balagg generate`` (backend auto) and
-   ``balagg score``.
+4. ``generate-score``: the last evaluation checkpoint through ``balagg generate`` (vLLM where it imports,
+   else transformers, named explicitly: ``auto`` refuses a GPU without vLLM) and ``balagg score``.
 5. ``probe-7b``: forward/backward passes of a Qwen2.5-Math-7B-shaped model (hidden 3584, 28 layers, 28 heads /
    4 KV, intermediate 18944, vocab 152064) at the paper's lengths (2048 + 8192 tokens), bf16 autocast over
    fp32 weights, gradient checkpointing: peak memory and tokens/s.
@@ -206,7 +206,8 @@ def generate_and_score(workdir: Path, name: str, timeout: float, dry: bool) -> d
     seconds = run([sys.executable, "-m", "balagg", "generate", "--checkpoint", checkpoint, "--benchmarks-dir",
                    str(workdir / "bench"), "--benchmarks", "math500", "--n", "8", "--max-tokens",
                    "32" if dry else "256", "--temperature", "1.0", "--top-p", "1.0", "--prompt-style", "plain",
-                   "--backend", "auto", "--out", str(out)], folder / "generate.out", timeout)
+                   "--backend", "vllm" if importlib.util.find_spec("vllm") is not None else "transformers",
+                   "--out", str(out)], folder / "generate.out", timeout)
     seconds += run([sys.executable, "-m", "balagg", "score", "--generations", str(out / "generations.jsonl"),
                     "--benchmarks-dir", str(workdir / "bench"), "--workers", "1", "--out", str(out)],
                    folder / "score.out", timeout)

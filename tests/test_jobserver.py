@@ -111,7 +111,9 @@ def _started_job(log_path: Path, timeout: float = 60) -> int:
     raise AssertionError(f"no job started: {log_path.read_text() if log_path.exists() else 'no log'}")
 
 
-def _gone(pid: int, timeout: float = 10) -> bool:
+def _gone(pid: int, timeout: float = 30) -> bool:
+    """Whether `pid` has ended (or is a zombie) within `timeout` s: generous, as on a loaded machine the
+    server, the client and the job each wait for a core."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not Path(f"/proc/{pid}").exists() or "State:\tZ" in Path(f"/proc/{pid}/status").read_text():

@@ -26,15 +26,17 @@ class StubAccelerator:
 
     def __init__(self, state_dict):
         self.state_dict = state_dict
+        self.collectives = []
 
     def get_state_dict(self, model):
+        self.collectives.append("get_state_dict")
         return self.state_dict
 
     def unwrap_model(self, model):
         return model
 
     def wait_for_everyone(self):
-        pass
+        self.collectives.append("wait_for_everyone")
 
 
 def stub_trainer(model, tokenizer, state_dict, *, bf16: bool, save_model):
@@ -76,6 +78,27 @@ def test_a_save_that_writes_nothing_fails_naming_the_folder(tmp_path, tiny):
     message = str(caught.value)
     assert "step-000004" in message and "\n" not in message
     assert not callback.cell_dir.checkpoint(4).exists()
+
+
+@pytest.mark.parametrize("main", [True, False])
+def test_every_rank_makes_the_same_collectives_whether_or_not_the_checkpoint_exists(tmp_path, tiny, main):
+    """A rank slower than the main process may find the checkpoint already renamed into place: it must
+    still take part in the gather and the barrier the main process is in, or the two ranks' next
+    collectives pair up wrongly and the job hangs. Only the main process writes, and only once."""
+    model, tokenizer = tiny
+    done = []
+    for exists in (False, True):
+        trainer = stub_trainer(model, tokenizer, model.state_dict(), bf16=False,
+                               save_model=trainer_save_model(model, tokenizer))
+        trainer.is_world_process_zero = lambda: main
+        callback = callback_for(tmp_path / str(exists), trainer)
+        if exists:
+            callback.cell_dir.checkpoint(4).mkdir(parents=True)
+        callback.save_eval_checkpoint(4)
+        done.append(trainer.accelerator.collectives)
+        written = (callback.cell_dir.checkpoint(4) / "model.safetensors").exists()
+        assert written == (main and not exists)
+    assert done == [["get_state_dict", "wait_for_everyone"]] * 2
 
 
 def test_a_folder_without_weights_is_refused_naming_it(tmp_path, tiny):

@@ -96,17 +96,21 @@ class CellCallback(TrainerCallback):
         """Weights + tokenizer, loadable by from_pretrained, in the training's compute dtype
         (balagg.train.checkpoints), placed by one atomic rename. All processes call this: accelerate's
         ``get_state_dict`` gathers FSDP shards onto the main process, which writes, checks that the folder
-        holds weights, and renames."""
+        holds weights, and renames.
+
+        Every process makes the same collective calls whatever it finds on disk: only the main process
+        looks at the folder. (A rank that skipped the gather because the main process had already renamed
+        the folder would enter the next collective while the main process waits in this one's barrier:
+        a hang until the collective timeout.) A folder that exists is complete (only a rename creates it)
+        and is kept: a resumed run recomputes identical weights."""
         final = self.cell_dir.checkpoint(step)
-        if final.exists():  # complete (only renames create it): a resumed run recomputes identical weights
-            return
         tmp = final.with_name(f".{final.name}.tmp")
         trainer = self.trainer
-        main = trainer.is_world_process_zero()
-        if main and tmp.exists():
+        write = trainer.is_world_process_zero() and not final.exists()
+        if write and tmp.exists():
             shutil.rmtree(tmp)
         state_dict = trainer.accelerator.get_state_dict(trainer.model)  # collective under FSDP
-        if main:
+        if write:
             write_eval_checkpoint(trainer.accelerator.unwrap_model(trainer.model), state_dict,
                                   trainer.processing_class, tmp, compute_dtype(trainer.args))
             tmp.rename(final)

@@ -95,7 +95,7 @@ def test_fetch_offline_names_a_missing_repository(cache_env, tmp_path, capsys):
 
 
 def test_step0_generation_takes_a_hub_id(cache_env, tmp_path):
-    """Issue 10.2: generate() wanted a local folder; a hub id now resolves to its cached snapshot."""
+    """generate() takes a hub id as well as a local folder: the id resolves to its cached snapshot."""
     from balagg.evaluation.generation.generate import generate
     from balagg.evaluation.generation.requests import GenerationConfig
 

@@ -20,7 +20,7 @@ from slurm_helpers import LOCAL_PROFILE, REPO, copy_workflow, parse_profile, res
 ENV_VARS = ("BALAGG_SLURM_PARTITION", "BALAGG_SLURM_GPU_PARTITION", "BALAGG_SLURM_ACCOUNT", "BALAGG_SLURM_GPU_MODEL",
             "BALAGG_SLURM_JOBS", "BALAGG_SLURM_STATUS_COMMAND", "SBATCH_PARTITION", "SBATCH_ACCOUNT")
 GPU_RULES = ("train", "generate")
-# rule names the workflow uses (issue 3); the profile must key its per-rule resources by exactly these
+# rule names the workflow uses; the profile must key its per-rule resources by exactly these
 WORKFLOW_RULES = ("prepare_data", "mlflow_setup", "train", "generate", "score", "collect_curve", "table1",
                   "figure1", "figure2", "figure3", "diagnosis")
 

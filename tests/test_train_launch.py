@@ -1,4 +1,4 @@
-"""What a launched training really runs, against what its accelerate config asked for (issue 10: accelerate
+"""What a launched training really runs, against what its accelerate config asked for (accelerate
 runs an FSDP config as plain DDP on CPU without saying so; the manifest must say it)."""
 
 from __future__ import annotations

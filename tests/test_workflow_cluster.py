@@ -1,4 +1,4 @@
-"""What the paper grid needs on a cluster, checked without one (issue 10): the accelerate config is
+"""What the paper grid needs on a cluster, checked without one: the accelerate config is
 refused at DAG build when its backend is not importable, jobs run the checkout's code and read hub ids
 offline from the cache that fetch filled, train jobs fit a partition's time limit on one node."""
 
@@ -37,7 +37,7 @@ def test_paper_grid_uses_fsdp2_and_checkpoints_every_rollout_batch():
 
 
 def test_a_deepspeed_config_is_refused_at_dag_build(checkout):
-    """Issue 10.1: zero3.yaml needs deepspeed, which nothing installs; every train job died at launch."""
+    """zero3.yaml needs deepspeed, which nothing installs; every train job died at launch."""
     (checkout / "zero3.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 8\n")
     override = write_config(checkout, "ds.yaml", {"train": {"accelerate_config": "zero3.yaml"}})
     result = snakemake("-n", "--configfile", "configs/paper.yaml", override, cwd=checkout, check=False)
@@ -74,7 +74,7 @@ def test_cell_config_carries_the_jobs_time_limit(checkout):
 
 
 def test_fetch_runs_the_checkouts_code_and_records_revisions(checkout, tmp_path_factory):
-    """Issue 10.3 and 10.5: the fetch rule (local, offline here) snapshots every hub id of the config into
+    """The fetch rule (local, offline here) snapshots every hub id of the config into
     hf_home and records the commits; the job imports the checkout's src/ (not the installed balagg, not
     the caller's PYTHONPATH), as a job under --sdm conda must, since conda envs hold dependencies only."""
     from balagg.tinyworld.hubcache import fill_hub_cache, repo_folder

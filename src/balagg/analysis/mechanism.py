@@ -38,7 +38,7 @@ __all__ = ["MECHANISM_METRICS", "mechanism_frame", "mechanism_curves", "mechanis
 MECHANISM_METRICS = ("neg_share", "mass_ratio", "long_short", "token_agg_ratio", "len_pos_mean", "len_neg_mean",
                      "len_cv_within_group")
 ENGAGED_ABOVE, ENGAGED_BELOW = 1.5, 1 / 1.5
-"""token-agg's side-mass ratio counts as clearly away from 1 beyond these (issue 14)."""
+"""token-agg's side-mass ratio counts as clearly away from 1 beyond these."""
 
 
 def _column(train: pd.DataFrame, name: str) -> pd.Series:

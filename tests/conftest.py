@@ -10,6 +10,8 @@ workflow, which the tests use to run Snakemake in) and the tests of :data:`SLOW_
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 SLOW_MODULES = frozenset({
@@ -54,3 +56,16 @@ def pytest_collection_modifyitems(config, items):
         test = f"{module}::{item.originalname}"
         if module in SLOW_MODULES or test in SLOW_TESTS or SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test ends with the environment it started with. Libraries run in-process set variables there
+    (TRL's colocated vLLM start sets RANK, WORLD_SIZE and MASTER_PORT; accelerate its precision), and every
+    later subprocess would inherit them: a single-process training would then start a distributed group on
+    port 29500, racing a test that runs beside it (``make test`` runs two workers)."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)

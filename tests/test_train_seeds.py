@@ -40,11 +40,12 @@ def stand_in_vllm(monkeypatch):
 
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *a, **k: True)
     monkeypatch.setattr(vllm_generation, "LLM", StandInLLM, raising=False)
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # TRL's colocate init sets them
-        if name in os.environ:
-            monkeypatch.setenv(name, os.environ[name])
-        else:
-            monkeypatch.delenv(name, raising=False)
+    # TRL's colocate init sets these in os.environ: each is recorded here (set, then deleted: a delenv of
+    # an absent name records nothing) so that the test's end restores it, or removes it
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        if not os.environ[name]:
+            monkeypatch.delenv(name)
     StandInLLM.built = []
     return StandInLLM
 

@@ -52,15 +52,21 @@ demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m balagg jobserver --log results/default/logs/jobserver.log -- $(BIN)/snakemake --cores $(CORES) --quiet progress
 	@$(BIN)/python -m balagg summary --campaign-dir results/default
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist), one test module per worker at a time
+# (--dist loadfile), so a module's fixtures (a pipeline run, a trained cell) are built once. Most tests
+# keep one core busy, so two workers use a 2-core machine's both cores.
+TEST_WORKERS ?= 2
+PYTEST = PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: $(TEST_STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
+	$(PYTEST)
 
 # The inner loop's lane: every test but the slow ones (Snakemake, the pipeline, training end to end, the
 # benches' quick runs, heavy processes: tests/conftest.py says which). `make test` (CI) runs them all.
 test-fast: $(TEST_STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/aggregation.py

@@ -4,8 +4,9 @@ environment of their own, the main venv skips them).
 Each test builds a random batch of groups with mixed signs and lengths, scatters the groups over the
 batch (as verl's balance_batch does), and runs it through verl's real functions the way each actor path
 splits it: data-parallel ranks, then micro-batches of fixed or dynamic size. The optimiser sees the mean
-over ranks of each rank's accumulated micro-batch losses (FSDP averages gradients). Float64 throughout,
-so "equal" means to 1e-10.
+over ranks of each rank's accumulated micro-batch losses (FSDP averages gradients). Each step returns the
+loss and its gradients with respect to the log-probs and the entropies (the model outputs verl's loss
+reads). Float64 throughout, so "equal" means to 1e-10.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from balagg.integrations import verl as plugin  # noqa: E402
 
 T = 24  # padded response length
 CLIP_LOW, CLIP_HIGH, CLIP_C = 0.2, 0.28, 3.0
+# verl's regularisers, large enough to weigh on the loss as much as the policy term does
+REGULARISERS = {"entropy_coeff": 0.3, "use_kl_loss": True, "kl_loss_coef": 0.5, "kl_loss_type": "low_var_kl"}
+ACTOR_MODE = "token-mean"  # the actor's loss_agg_mode (verl's default): it reduces the entropy and KL terms
+VERL_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 # Micro-batch layouts per rank (rows per rank = 12): fixed size 4 (gradient accumulation 3) on 2 ranks,
 # and dynamic sizes (verl's use_dynamic_bsz packs by tokens) on 2 ranks; one rank of 24 rows in 5.
 LAYOUTS = {
@@ -59,8 +64,10 @@ def make_batch(seed: int, n_groups: int = 6, group_size: int = 4) -> dict:
     token_level_rewards[torch.arange(size), lengths - 1] = rewards
     old_log_prob = -2.0 * torch.rand(size, T, generator=gen, dtype=torch.float64)
     log_prob = old_log_prob + 0.4 * torch.randn(size, T, generator=gen, dtype=torch.float64)  # some clipped
+    entropy = 2.0 * torch.rand(size, T, generator=gen, dtype=torch.float64)
+    ref_log_prob = old_log_prob + 0.3 * torch.randn(size, T, generator=gen, dtype=torch.float64)
     return {"token_level_rewards": token_level_rewards, "mask": mask, "uid": uid,
-            "old_log_prob": old_log_prob, "log_prob": log_prob}
+            "old_log_prob": old_log_prob, "log_prob": log_prob, "entropy": entropy, "ref_log_prob": ref_log_prob}
 
 
 def grpo_advantages(batch: dict, norm_by_std: bool = True) -> torch.Tensor:
@@ -86,20 +93,35 @@ def actor_config(loss_agg_mode: str, **overrides) -> ActorConfig:
                        clip_ratio_c=CLIP_C, **overrides)
 
 
+Step = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+"""(loss, d loss / d log_prob, d loss / d entropy)"""
+
+
+def leaves(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    return batch["log_prob"].clone().requires_grad_(True), batch["entropy"].clone().requires_grad_(True)
+
+
+def step(total: torch.Tensor, log_prob: torch.Tensor, entropy: torch.Tensor) -> Step:
+    grads = torch.autograd.grad(total, (log_prob, entropy), materialize_grads=True)
+    return (total.detach(), *grads)
+
+
 def actor_step(batch: dict, advantages: torch.Tensor, *, path: str, layout: str, loss_mode: str,
-               loss_agg_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, d loss / d log_prob) of one mini-batch (the whole batch) as verl's actor path computes it.
+               loss_agg_mode: str, **regularisers) -> Step:
+    """One mini-batch (the whole batch) as verl's actor path computes its loss.
 
     engine: every micro-batch gets the global info (dp_size, all-reduced token count, global batch size),
     losses summed over micro-batches (verl/workers/engine/fsdp/transformer_impl.py, workers/utils/losses.py).
     legacy: no global info, each micro-batch loss times rows / rows-per-rank (1 / gradient accumulation,
-    or the dynamic-batch ratio), as verl's removed dp_actor.update_policy did."""
+    or the dynamic-batch ratio), as verl's removed dp_actor.update_policy did.
+    Either way the entropy bonus and KL loss are verl's agg_loss with the actor's loss_agg_mode and the
+    micro-batch's global info, added to the policy loss before that scaling, as both paths add them."""
     dp, splits = LAYOUTS[layout]
     size = batch["mask"].shape[0]
     per_rank = size // dp
-    log_prob = batch["log_prob"].clone().requires_grad_(True)
+    log_prob, entropy = leaves(batch)
     policy_loss = core_algos.get_policy_loss_fn(loss_mode)
-    config = actor_config(loss_agg_mode)
+    config = actor_config(loss_agg_mode, **regularisers)
     total = torch.zeros((), dtype=torch.float64)
     for rank in range(dp):
         start = rank * per_rank
@@ -111,39 +133,50 @@ def actor_step(batch: dict, advantages: torch.Tensor, *, path: str, layout: str,
             if path == plugin.ENGINE:
                 config.global_batch_info.update(dp_size=dp, batch_num_tokens=int(batch["mask"].sum()),
                                                 global_batch_size=size, loss_scale_factor=None)
-            loss, _ = policy_loss(batch["old_log_prob"][sl], log_prob[sl], advantages[sl], batch["mask"][sl],
+            mask = batch["mask"][sl]
+            loss, _ = policy_loss(batch["old_log_prob"][sl], log_prob[sl], advantages[sl], mask,
                                   loss_agg_mode, config, None)
+            if config.entropy_coeff:
+                loss = loss - config.entropy_coeff * core_algos.agg_loss(
+                    entropy[sl], mask, loss_agg_mode, **config.global_batch_info)
+            if config.use_kl_loss:
+                kld = core_algos.kl_penalty(log_prob[sl], batch["ref_log_prob"][sl], config.kl_loss_type)
+                loss = loss + config.kl_loss_coef * core_algos.agg_loss(
+                    kld, mask, loss_agg_mode, **config.global_batch_info)
             if path == plugin.LEGACY:
                 loss = loss * rows / per_rank
             total = total + loss
     total = total / dp  # FSDP/DDP average the ranks' gradients
-    (grad,) = torch.autograd.grad(total, log_prob)
-    return total.detach(), grad
+    return step(total, log_prob, entropy)
 
 
 def engine_ppo_loss_step(batch: dict, advantages: torch.Tensor, *, layout: str, loss_mode: str,
-                         loss_agg_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+                         loss_agg_mode: str, **regularisers) -> Step:
     """Like :func:`actor_step` on the engine path, but through the loss function the engine workers call,
     ``verl.workers.utils.losses.ppo_loss``: it reads dp_size / batch_num_tokens / global_batch_size from
-    the micro-batch's TensorDict (as FSDPEngine.forward_backward_batch assigns them) and un-pads the
-    model's flat log-probs (prompt length 2, responses left-shifted by one token as a causal LM's)."""
+    the micro-batch's TensorDict (as FSDPEngine.forward_backward_batch assigns them), un-pads the
+    model's flat log-probs and entropies (prompt length 2, responses left-shifted by one token as a
+    causal LM's), and adds the entropy bonus and the KL loss itself."""
     dp, splits = LAYOUTS[layout]
     mask = batch["mask"]
     size, prompt = mask.shape[0], 2
     per_rank = size // dp
-    log_prob = batch["log_prob"].clone().requires_grad_(True)
-    config = actor_config(loss_agg_mode, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+    log_prob, entropy = leaves(batch)
+    config = actor_config(loss_agg_mode, policy_loss=PolicyLossConfig(loss_mode=loss_mode), **regularisers)
+
+    def flat(values: torch.Tensor, sl: slice) -> torch.Tensor:
+        # one value per token of prompt + response; response token t's value sits at position
+        # prompt - 1 + t (the logits that predict it), the last position predicts nothing
+        return torch.cat([torch.cat([torch.zeros(prompt - 1, dtype=torch.float64), row[: int(n)],
+                                     torch.zeros(1, dtype=torch.float64)])
+                          for row, n in zip(values[sl], mask[sl].sum(-1))])
+
     total = torch.zeros((), dtype=torch.float64)
     for rank in range(dp):
         start = rank * per_rank
         for rows in splits[rank]:
             sl = slice(start, start + rows)
             start += rows
-            # one flat value per token of prompt + response; response token t's log-prob sits at position
-            # prompt - 1 + t (the logits that predict it), the last position predicts nothing
-            flat = torch.cat([torch.cat([torch.zeros(prompt - 1, dtype=torch.float64), row[: int(n)],
-                                         torch.zeros(1, dtype=torch.float64)])
-                              for row, n in zip(log_prob[sl], mask[sl].sum(-1))])
             data = TensorDict({
                 "prompts": torch.ones(rows, prompt, dtype=torch.long),
                 "responses": torch.ones(rows, T, dtype=torch.long),
@@ -151,13 +184,13 @@ def engine_ppo_loss_step(batch: dict, advantages: torch.Tensor, *, layout: str, 
                 "response_mask": mask[sl].long(),
                 "old_log_probs": batch["old_log_prob"][sl],
                 "advantages": advantages[sl],
+                "ref_log_prob": batch["ref_log_prob"][sl],
             }, batch_size=[rows])
             tu.assign_non_tensor(data, dp_size=dp, batch_num_tokens=int(mask.sum()), global_batch_size=size)
-            loss, _ = ppo_loss(config, {"log_probs": flat}, data)
+            loss, _ = ppo_loss(config, {"log_probs": flat(log_prob, sl), "entropy": flat(entropy, sl)}, data)
             total = total + loss
     total = total / dp
-    (grad,) = torch.autograd.grad(total, log_prob)
-    return total.detach(), grad
+    return step(total, log_prob, entropy)
 
 
 def clipped_surrogate(batch: dict, advantages: torch.Tensor) -> torch.Tensor:
@@ -169,10 +202,10 @@ def clipped_surrogate(batch: dict, advantages: torch.Tensor) -> torch.Tensor:
     return torch.where(advantages < 0, dual, clipped)
 
 
-def balanced_aggregation_reference(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def balanced_aggregation_reference(batch: dict) -> Step:
     """The paper's formula, group by group: BA_g = (k/G)(1/L+) sum_P sum_t l + (|N|/G)(1/L-) sum_N sum_t l,
     loss = mean over groups (groups without a sign contribute 0)."""
-    log_prob = batch["log_prob"].clone().requires_grad_(True)
+    log_prob, entropy = leaves(batch)
     advantages = grpo_advantages(batch)
     surrogate = clipped_surrogate({**batch, "log_prob": log_prob}, advantages) * batch["mask"]
     sign = advantages[torch.arange(len(advantages)), 0]
@@ -186,18 +219,48 @@ def balanced_aggregation_reference(batch: dict) -> tuple[torch.Tensor, torch.Ten
                 side_tokens = batch["mask"][side].sum()
                 total = total + (int(side.sum()) / size) * surrogate[side].sum() / side_tokens
     total = total / len(groups)
-    (grad,) = torch.autograd.grad(total, log_prob)
-    return total.detach(), grad
+    return step(total, log_prob, entropy)
 
 
-def assert_same(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]) -> None:
-    torch.testing.assert_close(got[0], want[0], rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(got[1], want[1], rtol=1e-10, atol=1e-12)
+def token_mean_regularisers_reference(batch: dict, path: str, layout: str, *, entropy_coeff: float,
+                                      use_kl_loss: bool, kl_loss_coef: float, kl_loss_type: str) -> Step:
+    """verl's token-mean entropy bonus and KL loss as each actor path reduces them, written out:
+    engine, one token mean over the mini-batch (the all-reduced token count); legacy, each micro-batch's
+    own token mean times rows / rows-per-rank, averaged over ranks (verl#5625). Per token:
+    kl_loss_coef * KL (verl's kl_penalty) - entropy_coeff * H."""
+    assert use_kl_loss
+    log_prob, entropy = leaves(batch)
+    mask = batch["mask"].double()
+    per_token = (kl_loss_coef * core_algos.kl_penalty(log_prob, batch["ref_log_prob"], kl_loss_type)
+                 - entropy_coeff * entropy) * mask
+    if path == plugin.ENGINE:
+        total = per_token.sum() / mask.sum()
+    else:
+        dp, splits = LAYOUTS[layout]
+        per_rank, start = mask.shape[0] // dp, 0
+        total = torch.zeros((), dtype=torch.float64)
+        for rows in (rows for rank in splits for rows in rank):
+            sl = slice(start, start + rows)
+            start += rows
+            total = total + (rows / per_rank) * per_token[sl].sum() / mask[sl].sum()
+        total = total / dp
+    return step(total, log_prob, entropy)
 
 
-def run_plugin(batch: dict, rule: str, path: str, layout: str, norm_by_std: bool = True):
+def plus(a: Step, b: Step) -> Step:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def assert_same(got: Step, want: Step) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+def run_plugin(batch: dict, rule: str, path: str, layout: str, norm_by_std: bool = True,
+               loss_agg_mode: str = ACTOR_MODE, **regularisers) -> Step:
     return actor_step(batch, plugin_advantages(batch, rule, norm_by_std), path=path, layout=layout,
-                      loss_mode=plugin.POLICY_LOSS, loss_agg_mode=plugin.LOSS_AGG_MODE)
+                      loss_mode=plugin.POLICY_LOSS, loss_agg_mode=loss_agg_mode, **regularisers)
 
 
 PATHS = [(plugin.ENGINE, layout) for layout in LAYOUTS] + [(plugin.LEGACY, layout) for layout in LAYOUTS]
@@ -234,12 +297,48 @@ def test_through_the_engine_workers_ppo_loss(layout):
     """The same equalities through verl's engine-worker loss (workers/utils/losses.py::ppo_loss)."""
     batch = make_batch(8)
     plugin_step = {rule: engine_ppo_loss_step(batch, plugin_advantages(batch, rule), layout=layout,
-                                              loss_mode=plugin.POLICY_LOSS, loss_agg_mode=plugin.LOSS_AGG_MODE)
+                                              loss_mode=plugin.POLICY_LOSS, loss_agg_mode=ACTOR_MODE)
                    for rule in ("token-agg", "seq-agg", "balanced-agg")}
     for rule, mode in (("token-agg", "token-mean"), ("seq-agg", "seq-mean-token-mean")):
         assert_same(plugin_step[rule], engine_ppo_loss_step(batch, grpo_advantages(batch), layout=layout,
                                                             loss_mode="vanilla", loss_agg_mode=mode))
     assert_same(plugin_step["balanced-agg"], balanced_aggregation_reference(batch))
+
+
+@pytest.mark.parametrize("path,layout", PATHS)
+def test_with_verls_token_mean_entropy_bonus_and_kl_loss(path, layout):
+    """entropy_coeff != 0 and use_kl_loss=True under the actor's token-mean: the loss and its gradients
+    are the rule's policy term plus verl's own token-mean regularisers, as each actor path reduces them."""
+    batch = make_batch(3)
+    policy = balanced_aggregation_reference(batch)
+    regularisers = token_mean_regularisers_reference(batch, path, layout, **REGULARISERS)
+    assert_same(run_plugin(batch, "balanced-agg", path, layout, **REGULARISERS), plus(policy, regularisers))
+    # the regularisers weigh on the loss and on both gradients as much as the policy term does
+    assert abs(float(regularisers[0])) > 0.1 * abs(float(policy[0]))
+    assert regularisers[1].abs().max() > 0.1 * policy[1].abs().max() and regularisers[2].abs().max() > 0
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_with_entropy_bonus_and_kl_loss_through_the_engine_workers_ppo_loss(layout):
+    """The same through verl's ppo_loss, which adds the regularisers itself; and the plug-in's token-agg
+    with them is verl's own token-mean loss with them."""
+    batch = make_batch(9)
+    got = engine_ppo_loss_step(batch, plugin_advantages(batch, "balanced-agg"), layout=layout,
+                               loss_mode=plugin.POLICY_LOSS, loss_agg_mode=ACTOR_MODE, **REGULARISERS)
+    regularisers = token_mean_regularisers_reference(batch, plugin.ENGINE, layout, **REGULARISERS)
+    assert_same(got, plus(balanced_aggregation_reference(batch), regularisers))
+    token_agg = engine_ppo_loss_step(batch, plugin_advantages(batch, "token-agg"), layout=layout,
+                                     loss_mode=plugin.POLICY_LOSS, loss_agg_mode=ACTOR_MODE, **REGULARISERS)
+    assert_same(token_agg, engine_ppo_loss_step(batch, grpo_advantages(batch), layout=layout, loss_mode="vanilla",
+                                                loss_agg_mode="token-mean", **REGULARISERS))
+
+
+@pytest.mark.parametrize("path", [plugin.ENGINE, plugin.LEGACY])
+@pytest.mark.parametrize("mode", VERL_MODES)
+def test_the_policy_term_is_the_rules_whatever_the_actors_loss_agg_mode(mode, path):
+    batch = make_batch(4)
+    assert_same(run_plugin(batch, "balanced-agg", path, "dp2-dynamic", loss_agg_mode=mode),
+                balanced_aggregation_reference(batch))
 
 
 def test_the_rules_differ_on_this_batch():
@@ -275,8 +374,8 @@ def test_several_mini_batches_each_carry_their_share_on_the_scale_of_a_batch():
     """With M < B responses per mini-batch, mini-batch j's loss is (B/M) sum_{i in j} w_i sum_t l_it."""
     batch = make_batch(6)
     folded = plugin_advantages(batch, "balanced-agg")
-    full, _ = balanced_aggregation_reference(batch)
-    config = actor_config(plugin.LOSS_AGG_MODE)
+    full = balanced_aggregation_reference(batch)[0]
+    config = actor_config(ACTOR_MODE)
     policy_loss = core_algos.get_policy_loss_fn(plugin.POLICY_LOSS)
     size, halves = batch["mask"].shape[0], []
     for sl in (slice(0, size // 2), slice(size // 2, size)):
@@ -284,7 +383,7 @@ def test_several_mini_batches_each_carry_their_share_on_the_scale_of_a_batch():
         config.global_batch_info.update(dp_size=1, batch_num_tokens=int(batch["mask"][sl].sum()),
                                         global_batch_size=size // 2, loss_scale_factor=None)
         loss, _ = policy_loss(batch["old_log_prob"][sl], batch["log_prob"][sl], folded[sl], batch["mask"][sl],
-                              plugin.LOSS_AGG_MODE, config, None)
+                              ACTOR_MODE, config, None)
         halves.append(loss)
     torch.testing.assert_close(sum(halves) / 2, full, rtol=1e-10, atol=1e-12)
 
@@ -307,35 +406,48 @@ def test_fold_uses_verls_grpo_and_aggregation_weights():
 # --------------------------------------------------------------------------------------------------
 
 
-def call_loss(config: ActorConfig, mask: torch.Tensor, mode: str = plugin.LOSS_AGG_MODE):
+def call_loss(config: ActorConfig, mask: torch.Tensor, mode: str = ACTOR_MODE):
     old = torch.zeros(mask.shape, dtype=torch.float64)
     return plugin.compute_policy_loss_balagg(old, old.clone(), old.clone(), mask, mode, config, None)
 
 
 def test_policy_loss_refuses_settings_that_would_not_be_exact():
     mask = torch.ones(2, 3, dtype=torch.bool)
-    with pytest.raises(ValueError, match="loss_agg_mode='token-mean'"):
-        call_loss(actor_config("token-mean"), mask, "token-mean")
-    config = actor_config(plugin.LOSS_AGG_MODE)
+    config = actor_config(ACTOR_MODE)
     config.global_batch_info.update(dp_size=2, batch_num_tokens=6, global_batch_size=None)
     with pytest.raises(ValueError, match="without global_batch_size"):
         call_loss(config, mask)
     empty = mask.clone()
     empty[1] = False
     with pytest.raises(ValueError, match="empty response"):
-        call_loss(actor_config(plugin.LOSS_AGG_MODE), empty)
-    with pytest.raises(ValueError, match="entropy_coeff"):
-        call_loss(actor_config(plugin.LOSS_AGG_MODE, entropy_coeff=0.01), mask)
-    with pytest.raises(ValueError, match="use_kl_loss"):
-        call_loss(actor_config(plugin.LOSS_AGG_MODE, use_kl_loss=True), mask)
+        call_loss(actor_config(ACTOR_MODE), empty)
     # the engine path tolerates an empty response: its count is the configured global batch size
-    config = actor_config(plugin.LOSS_AGG_MODE)
+    config = actor_config(ACTOR_MODE)
     config.global_batch_info.update(dp_size=1, batch_num_tokens=3, global_batch_size=2)
     loss, metrics = call_loss(config, empty)
     assert float(loss) == 0.0 and "actor/pg_clipfrac" in metrics
     # the path is read from what verl hands the loss: global counts on the engine workers, none on the legacy one
-    assert plugin.check_actor(config, plugin.LOSS_AGG_MODE, empty) == plugin.ENGINE
-    assert plugin.check_actor(actor_config(plugin.LOSS_AGG_MODE), plugin.LOSS_AGG_MODE, mask) == plugin.LEGACY
+    assert plugin.check_actor(config, empty) == plugin.ENGINE
+    assert plugin.check_actor(actor_config(ACTOR_MODE), mask) == plugin.LEGACY
+
+
+def test_policy_loss_takes_any_loss_agg_mode_and_verls_regularisers():
+    """One engine micro-batch: whatever the actor's loss_agg_mode, entropy_coeff and use_kl_loss, the
+    policy loss is verl's vanilla loss reduced by seq-mean-token-sum over the global batch size."""
+    batch = make_batch(5)
+    sl = slice(0, 7)
+    args = (batch["old_log_prob"][sl], batch["log_prob"][sl], plugin_advantages(batch, "balanced-agg")[sl],
+            batch["mask"][sl])
+    want = None
+    for mode in VERL_MODES:
+        config = actor_config(mode, **REGULARISERS)
+        config.global_batch_info.update(dp_size=2, batch_num_tokens=int(batch["mask"].sum()),
+                                        global_batch_size=24, loss_scale_factor=None)
+        if want is None:
+            want = core_algos.compute_policy_loss_vanilla(*args, plugin.POLICY_AGG_MODE, config, None)
+        loss, metrics = plugin.compute_policy_loss_balagg(*args, mode, config, None)
+        torch.testing.assert_close(loss, want[0], rtol=0, atol=0)
+        assert metrics == want[1]
 
 
 def verl_trainer_config(*overrides: str):
@@ -349,7 +461,6 @@ def verl_trainer_config(*overrides: str):
 PLUGIN_OVERRIDES = (
     "algorithm.adv_estimator=balagg-balanced-agg",
     "actor_rollout_ref.actor.policy_loss.loss_mode=balagg",
-    "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
 )
 
 
@@ -357,14 +468,21 @@ def test_check_config_reads_the_actor_path_and_names_the_bad_key():
     assert plugin.check_config(verl_trainer_config(*PLUGIN_OVERRIDES)) == plugin.ENGINE
     legacy = verl_trainer_config(*PLUGIN_OVERRIDES, "trainer.use_legacy_worker_impl=enable")
     assert plugin.check_config(legacy) == plugin.LEGACY
-    with pytest.raises(ValueError, match="actor_rollout_ref.actor.loss_agg_mode must be"):
-        plugin.check_config(verl_trainer_config(*PLUGIN_OVERRIDES[:2]))
+    with pytest.raises(ValueError, match="actor_rollout_ref.actor.policy_loss.loss_mode must be"):
+        plugin.check_config(verl_trainer_config(*PLUGIN_OVERRIDES[:1]))
     with pytest.raises(ValueError, match="algorithm.adv_estimator='grpo'"):
         plugin.check_config(verl_trainer_config("algorithm.adv_estimator=grpo", *PLUGIN_OVERRIDES[1:]))
-    with pytest.raises(ValueError, match="entropy_coeff"):
-        plugin.check_config(verl_trainer_config(*PLUGIN_OVERRIDES, "actor_rollout_ref.actor.entropy_coeff=0.001"))
     with pytest.raises(ValueError, match="unknown aggregation rule"):
         plugin.check_config(verl_trainer_config("algorithm.adv_estimator=balagg-nonsense", *PLUGIN_OVERRIDES[1:]))
+
+
+def test_check_config_takes_verls_regularisers_and_any_loss_agg_mode():
+    actor = "actor_rollout_ref.actor."
+    regularised = verl_trainer_config(*PLUGIN_OVERRIDES, actor + "entropy_coeff=0.001", actor + "use_kl_loss=True")
+    assert regularised.actor_rollout_ref.actor.loss_agg_mode == "token-mean"  # verl's default
+    assert plugin.check_config(regularised) == plugin.ENGINE
+    for mode in VERL_MODES:
+        assert plugin.check_config(verl_trainer_config(*PLUGIN_OVERRIDES, actor + f"loss_agg_mode={mode}")) == plugin.ENGINE
 
 
 def test_import_verl_registers_the_plugin_through_its_entry_point():

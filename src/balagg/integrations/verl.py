@@ -1,10 +1,9 @@
 """balagg's aggregation rules inside verl (0.9.1), exact against verl's own loss code.
 
-Three Hydra overrides select a rule (docs/verl.md)::
+Two Hydra overrides select a rule (docs/verl.md)::
 
     algorithm.adv_estimator=balagg-balanced-agg        # or balagg-seq-agg, balagg-token-agg, ...
     actor_rollout_ref.actor.policy_loss.loss_mode=balagg
-    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum
 
 Importing this module registers, with verl's own registries in ``verl.trainer.ppo.core_algos``:
 
@@ -14,12 +13,15 @@ Importing this module registers, with verl's own registries in ``verl.trainer.pp
 
       A'_i = A_i * w_i * B        (w_i = balagg.aggregation.aggregation_weights, B = responses in the batch)
 
-- a policy loss ``balagg`` (:func:`register_policy_loss`): verl's ``vanilla`` dual-clip PPO loss, after
-  checking that the actor reduces with a constant normaliser (below) and refusing any setting where it
-  would not.
+- a policy loss ``balagg`` (:func:`register_policy_loss`): verl's ``vanilla`` dual-clip PPO loss, reduced
+  with verl's ``agg_loss`` in mode ``seq-mean-token-sum`` (:data:`POLICY_AGG_MODE`) and the actor's global
+  batch info, whatever the actor's ``loss_agg_mode``. The rule's reduction lives in the policy loss itself,
+  the way verl's SAPO loss fixes its own (``seq-mean-token-mean``; verl's GSPO loss did too in earlier
+  releases); the actor's ``loss_agg_mode`` (verl's default ``token-mean``) then reduces only the entropy
+  bonus and the KL loss.
 
 verl's ``seq-mean-token-sum`` divides each mini-batch's token sums by its number of sequences, and that
-number is a constant on both of verl's actor paths:
+number is a constant on both of verl's actor paths, whatever ``loss_agg_mode`` the actor is given:
 
 - engine workers (verl >= 0.8, the only path in 0.9.1): ``global_batch_info`` carries
   ``global_batch_size`` = ``ppo_mini_batch_size * rollout.n`` and ``dp_size`` D; each micro-batch loss is
@@ -28,7 +30,7 @@ number is a constant on both of verl's actor paths:
   each micro-batch of m rows is reduced as ``sum / m`` and scaled by ``m / mini_rows_per_rank``
   (``1 / gradient_accumulation``, or the dynamic-batch ratio), then averaged over ranks.
 
-Either way one mini-batch of M = ``ppo_mini_batch_size * rollout.n`` responses contributes
+Either way the policy term of one mini-batch of M = ``ppo_mini_batch_size * rollout.n`` responses is
 
     (B / M) * sum_{i in mini-batch} w_i * sum_t l_it,
 
@@ -36,8 +38,16 @@ which is exactly the rule's loss ``sum_i w_i sum_t l_it`` when the mini-batch is
 (``ppo_mini_batch_size == data.train_batch_size``), and otherwise that loss's share of the step, scaled
 so that every mini-batch is on the scale of a whole batch. (The PPO clip is positively homogeneous in
 the advantage, so folding w_i into A_i scales each token's clipped surrogate by w_i exactly.)
-verl's ``token-mean`` is not constant on the legacy path (a mean of micro-batch means, verl#5625) and
-depends on the mini-batch's token count on the engine path, so the policy loss refuses it.
+
+verl adds its regularisers to that term, each reduced by ``agg_loss`` with the actor's ``loss_agg_mode``
+(``workers/utils/losses.py::ppo_loss`` on the engine workers, ``dp_actor.update_policy`` on the legacy
+worker), and scales the sum per micro-batch as above:
+
+    loss = (B / M) sum_i w_i sum_t l_it - entropy_coeff * agg(H) + kl_loss_coef * agg(KL).
+
+With ``token-mean``, agg is the mini-batch's token mean on the engine workers, and on the legacy worker
+a mean of micro-batch token means (verl#5625): that is verl's own reduction of its regularisers, not
+the rule's, and the plug-in leaves it alone.
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ from balagg.rules import RULES, canonical_rule, default_scope
 __all__ = [
     "ENGINE",
     "LEGACY",
-    "LOSS_AGG_MODE",
+    "POLICY_AGG_MODE",
     "POLICY_LOSS",
     "VERL_RULES",
     "actor_path",
@@ -71,8 +81,9 @@ ENGINE = "engine"
 LEGACY = "legacy"
 """verl's legacy FSDP worker (dp_actor): each micro-batch normalised by itself, scaled by 1 / grad accumulation."""
 
-LOSS_AGG_MODE = "seq-mean-token-sum"
-"""The verl ``loss_agg_mode`` whose normaliser (sequences per mini-batch) is constant on both actor paths."""
+POLICY_AGG_MODE = "seq-mean-token-sum"
+"""The ``agg_loss`` mode the ``balagg`` policy loss reduces with, whatever the actor's ``loss_agg_mode``:
+its normaliser (sequences per mini-batch) is constant on both actor paths."""
 POLICY_LOSS = "balagg"
 """The registered policy-loss name (``actor_rollout_ref.actor.policy_loss.loss_mode``)."""
 ESTIMATOR_PREFIX = "balagg-"
@@ -105,7 +116,7 @@ def fold_rule_weights(
     """Token-level advantages [B, T] times ``w_i * B``, where w_i is ``rule``'s weight of response i
     (at the rule's default scope, groups from ``index``, lengths from ``response_mask``).
 
-    With verl's ``seq-mean-token-sum`` over a mini-batch of M responses the loss is then
+    Reduced by the ``balagg`` policy loss over a mini-batch of M responses the loss is then
     ``(B / M) sum_i w_i sum_t l_it`` (module docstring)."""
     if advantages.dim() != 2 or advantages.shape != response_mask.shape:
         raise ValueError(
@@ -169,8 +180,9 @@ def actor_path(config: Any) -> str:
 def check_config(config: Any) -> str:
     """Validate a full verl config for the plug-in; return its actor path (:func:`actor_path`).
 
-    Raises ValueError, naming the key, for every setting under which the loss would not be exactly the
-    rule's ``sum_i w_i sum_t l_it`` (see the module docstring)."""
+    Raises ValueError, naming the key, for every setting under which the policy term would not be exactly
+    the rule's ``sum_i w_i sum_t l_it`` (see the module docstring). The actor's ``loss_agg_mode``,
+    ``entropy_coeff`` and ``use_kl_loss`` are free: they shape only verl's own regularisers."""
     actor = "actor_rollout_ref.actor."
     problems = []
     estimator = str(_get(config, "algorithm.adv_estimator", ""))
@@ -180,11 +192,6 @@ def check_config(config: Any) -> str:
         estimator_name(estimator[len(ESTIMATOR_PREFIX):])  # raises on an unknown rule
     if _get(config, actor + "policy_loss.loss_mode", "vanilla") != POLICY_LOSS:
         problems.append(f"{actor}policy_loss.loss_mode must be {POLICY_LOSS!r}")
-    if _get(config, actor + "loss_agg_mode", "token-mean") != LOSS_AGG_MODE:
-        problems.append(f"{actor}loss_agg_mode must be {LOSS_AGG_MODE!r} (its normaliser is constant)")
-    problems += _regulariser_problems(
-        _get(config, actor + "entropy_coeff", 0), _get(config, actor + "use_kl_loss", False), prefix=actor
-    )
     if _get(config, "actor_rollout_ref.rollout.multi_turn.enable", False):
         problems.append("actor_rollout_ref.rollout.multi_turn.enable: multi-turn sessions are not one response per row")
     if problems:
@@ -192,31 +199,15 @@ def check_config(config: Any) -> str:
     return actor_path(config)
 
 
-def _regulariser_problems(entropy_coeff: float, use_kl_loss: bool, prefix: str = "") -> list[str]:
-    # verl reduces the entropy bonus and the KL loss with the same loss_agg_mode: under
-    # seq-mean-token-sum they would silently change scale (token sums instead of token means).
+def check_actor(config: Any, response_mask: torch.Tensor) -> str:
+    """Check, inside the policy loss, that this micro-batch's :data:`POLICY_AGG_MODE` reduction has a
+    constant normaliser; return the actor path it reads from ``config.global_batch_info`` (empty on the
+    legacy worker).
+
+    Raises ValueError for an engine path without ``global_batch_size`` (a per-micro-batch count, summed
+    over micro-batches without 1/grad-accumulation) and a legacy micro-batch holding an empty response
+    (verl's count would skip it)."""
     problems = []
-    if entropy_coeff:
-        problems.append(f"{prefix}entropy_coeff={entropy_coeff}: the entropy bonus would be reduced by {LOSS_AGG_MODE}; set it to 0")
-    if use_kl_loss:
-        problems.append(f"{prefix}use_kl_loss=True: the KL loss would be reduced by {LOSS_AGG_MODE}; use algorithm.use_kl_in_reward or none")
-    return problems
-
-
-def check_actor(config: Any, loss_agg_mode: str, response_mask: torch.Tensor) -> str:
-    """Check, inside the policy loss, that this micro-batch's reduction has a constant normaliser;
-    return the actor path it reads from ``config.global_batch_info`` (empty on the legacy worker).
-
-    Raises ValueError for ``token-mean`` and other modes, an engine path without ``global_batch_size``
-    (a per-micro-batch count, summed over micro-batches without 1/grad-accumulation), a legacy micro-batch
-    holding an empty response (verl's count would skip it), and an entropy bonus or KL loss."""
-    problems = []
-    if loss_agg_mode != LOSS_AGG_MODE:
-        problems.append(
-            f"actor.loss_agg_mode={loss_agg_mode!r}: the balagg policy loss needs {LOSS_AGG_MODE!r}, whose "
-            "normaliser is constant (token-mean divides by each mini- or micro-batch's token count)"
-        )
-    problems += _regulariser_problems(config.get("entropy_coeff", 0), config.get("use_kl_loss", False), "actor.")
     info = getattr(config, "global_batch_info", None) or {}
     engine = any(info.get(key) is not None for key in ("dp_size", "batch_num_tokens", "global_batch_size"))
     if engine and info.get("global_batch_size") is None:
@@ -237,17 +228,19 @@ def compute_policy_loss_balagg(
     config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """verl's ``vanilla`` policy loss on advantages folded by a ``balagg-<rule>`` estimator, after
-    :func:`check_actor`. Same signature and metrics as verl's registered losses."""
+    """verl's ``vanilla`` policy loss on advantages folded by a ``balagg-<rule>`` estimator, reduced with
+    :data:`POLICY_AGG_MODE` after :func:`check_actor`. ``loss_agg_mode`` (the actor's) is not used here:
+    verl reduces the entropy bonus and KL loss with it. Same signature and metrics as verl's registered
+    losses."""
     if config is None:
         raise ValueError("balagg verl plug-in: the policy loss needs the actor config")
-    check_actor(config, loss_agg_mode, response_mask)
+    check_actor(config, response_mask)
     return core_algos.compute_policy_loss_vanilla(
         old_log_prob=old_log_prob,
         log_prob=log_prob,
         advantages=advantages,
         response_mask=response_mask,
-        loss_agg_mode=loss_agg_mode,
+        loss_agg_mode=POLICY_AGG_MODE,
         config=config,
         rollout_is_weights=rollout_is_weights,
     )

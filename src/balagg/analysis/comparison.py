@@ -12,7 +12,7 @@ Acc@8 (or Best@8) at the compared point:
   so that a difference that changes sign during training is seen as such.
 
 The difference of the benchmark-mean values is the stratified mean of d (equal weight per benchmark),
-its standard error the stratified SE (``balagg.analysis.errors.stratified_mean_se``), z = diff / SE and
+its standard error the stratified SE (``balagg.analysis.uncertainty.stratified_mean_se``), z = diff / SE and
 p = 2 (1 - Phi(|z|)) (a normal approximation: there are hundreds of units). ``mdd`` is the minimum
 detectable difference at this SE: (z_0.975 + z_0.80) SE = 2.80 SE (a true difference of that size is
 found at alpha 0.05 with 80% power). A difference is *beyond its error* when p < 0.05; otherwise the
@@ -31,7 +31,7 @@ import math
 import pandas as pd
 
 from balagg.analysis.campaign import Campaign
-from balagg.analysis.errors import load_problem_scores, stratified_mean_se
+from balagg.analysis.uncertainty import load_problem_scores, stratified_mean_se
 
 __all__ = ["COMPARISON_COLUMNS", "MDD_FACTOR", "paired_difference", "comparison_table", "pair_result", "to_markdown",
            "verdict"]

@@ -60,6 +60,8 @@ def test_analysis_rules_build_every_artifact_and_the_report(tmp_path):
     html = (tmp_path / "report.html").read_text()
     for name in ("table1.md", "figure1.png", "figure2.png", "figure3.png", "diagnosis.md"):
         assert name in html
+    captions = re.findall(r'of campaign <tt class=\\?"docutils literal\\?">(\w*)</tt>', html)
+    assert len(captions) == html.count("of campaign") > 0 and set(captions) == {"camp"}  # the config's campaign
 
 
 @pytest.mark.parametrize("caption", sorted((REPO / "workflow/report").glob("*.rst")), ids=lambda path: path.stem)

@@ -119,18 +119,19 @@ def test_truncated_or_empty_weights_are_named_before_loading(weights, tmp_path, 
     assert err.startswith(f"error: {path}: ") and err.count("\n") == 1
 
 
-def test_a_misspelled_config_key_is_one_line_without_the_schema(tmp_path):
+@pytest.mark.parametrize("key", ["learnin_rate", "beta"])  # beta: there is no KL term to set
+def test_a_misspelled_config_key_is_one_line_without_the_schema(tmp_path, key):
     from checkout import copy_workflow
     from test_workflow import snakemake
 
     copy_workflow(tmp_path)
-    (tmp_path / "typo.yaml").write_text("train:\n  learnin_rate: 0.1\n")
+    (tmp_path / "typo.yaml").write_text(f"train:\n  {key}: 0.1\n")
     result = snakemake("-n", "--configfile", "configs/smoke.yaml", "typo.yaml", cwd=tmp_path, check=False)
     assert result.returncode != 0
     output = result.stdout + result.stderr
-    message = [line for line in output.splitlines() if "learnin_rate" in line]
+    message = [line for line in output.splitlines() if key in line]
     assert message == [f"config {tmp_path}/configs/smoke.yaml, {tmp_path}/typo.yaml: train: Additional properties "
-                       "are not allowed ('learnin_rate' was unexpected)"]
+                       f"are not allowed ('{key}' was unexpected)"]
     assert "additionalProperties" not in output and len(output.splitlines()) < 10
 
 

@@ -20,6 +20,9 @@ def cell(**changes):
 def test_unknown_and_missing_keys_are_errors():
     with pytest.raises(ValueError, match=r"unknown keys \['learnig_rate'\]"):
         cell(learnig_rate=1e-6)
+    for beta in (0.0, 0.01):  # no KL term (balagg.train.trainer refuses it): no key to set it
+        with pytest.raises(ValueError, match=r"unknown keys \['beta'\]"):
+            cell(beta=beta)
     with pytest.raises(ValueError, match="missing required keys"):
         CellConfig.from_dict({k: v for k, v in BASE.items() if k != "seed"})
     with pytest.raises(ValueError, match="wrong type"):
@@ -51,8 +54,6 @@ def test_inconsistent_shapes_and_settings_are_errors():
         cell(micro_batch_size=3)
     with pytest.raises(ValueError, match="generation cycle"):
         cell(num_iterations=2, save_every=6)  # cycle = 2 mini-batches x 2 iterations = 4
-    with pytest.raises(ValueError, match="beta"):
-        cell(beta=0.01)
     with pytest.raises(ValueError, match="unknown aggregation rule"):
         cell(aggregator="mean")
     with pytest.raises(ValueError, match="prompt_template"):

@@ -242,7 +242,7 @@ def test_changing_one_aggregators_setting_reruns_only_its_cells(workdir):
     mark_smoke_grid_done(workdir, write_cell_configs=True)
     assert "Nothing to be done" in snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=workdir).stdout
 
-    (workdir / "default-valued.yaml").write_text("train:\n  beta: 0.0\n  clip_ratio_high: 0.28\n")
+    (workdir / "default-valued.yaml").write_text("train:\n  clip_ratio_low: 0.2\n  clip_ratio_high: 0.28\n")
     result = snakemake("-n", "--configfile", "configs/smoke.yaml", "default-valued.yaml", cwd=workdir)
     assert "Nothing to be done" in result.stdout, result.stdout[-2000:]
 

@@ -11,6 +11,11 @@
 ANALYSIS = config["analysis"]
 ANALYSIS_SCRIPTS = f"{workflow.basedir}/analysis"
 ANALYSIS_REPORT = "../report"
+ANALYSIS_OUT = os.path.join(RESULTS, contract.ANALYSIS_DIR)
+ANALYSIS_LOGS = f"{RESULTS}/logs/analysis"
+ANALYSIS_BENCHMARKS = f"{RESULTS}/benchmarks/analysis"
+# every script reads the campaign folder and writes into its analysis folder
+ANALYSIS_ARGS = f"--campaign-dir {RESULTS} --out {ANALYSIS_OUT}"
 
 
 rule table1:
@@ -19,23 +24,22 @@ rule table1:
         curves=analysis_curves,
         paper=[f"{workflow.basedir}/{ANALYSIS['paper_values']}"] if ANALYSIS.get("paper_values") else [],
     output:
-        csv=report("results/{campaign}/analysis/table1.csv", caption=f"{ANALYSIS_REPORT}/table1.rst",
+        csv=report(f"{ANALYSIS_OUT}/table1.csv", caption=f"{ANALYSIS_REPORT}/table1.rst",
                    category="Table 1"),
-        md=report("results/{campaign}/analysis/table1.md", caption=f"{ANALYSIS_REPORT}/table1.rst",
+        md=report(f"{ANALYSIS_OUT}/table1.md", caption=f"{ANALYSIS_REPORT}/table1.rst",
                   category="Table 1"),
-        tex="results/{campaign}/analysis/table1.tex",
+        tex=f"{ANALYSIS_OUT}/table1.tex",
     conda:
         "../../envs/cpu.yaml"
     log:
-        "results/{campaign}/logs/analysis/table1.log",
+        f"{ANALYSIS_LOGS}/table1.log",
     benchmark:
-        "results/{campaign}/benchmarks/analysis/table1.tsv"
+        f"{ANALYSIS_BENCHMARKS}/table1.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/table1.py",
         paper=lambda wildcards, input: f"--paper-values {input.paper}" if input.paper else "",
     shell:
-        "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.curves} {params.paper} > {log} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} --cells {{input.curves}} {{params.paper}} > {{log}} 2>&1"
 
 
 rule figure1:
@@ -43,20 +47,19 @@ rule figure1:
     input:
         curves=analysis_curves,
     output:
-        png=report("results/{campaign}/analysis/figure1.png", caption=f"{ANALYSIS_REPORT}/figure1.rst",
+        png=report(f"{ANALYSIS_OUT}/figure1.png", caption=f"{ANALYSIS_REPORT}/figure1.rst",
                    category="Figures"),
-        pdf="results/{campaign}/analysis/figure1.pdf",
+        pdf=f"{ANALYSIS_OUT}/figure1.pdf",
     conda:
         "../../envs/cpu.yaml"
     log:
-        "results/{campaign}/logs/analysis/figure1.log",
+        f"{ANALYSIS_LOGS}/figure1.log",
     benchmark:
-        "results/{campaign}/benchmarks/analysis/figure1.tsv"
+        f"{ANALYSIS_BENCHMARKS}/figure1.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure1.py",
     shell:
-        "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.curves} > {log} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} --cells {{input.curves}} > {{log}} 2>&1"
 
 
 rule figure2:
@@ -64,23 +67,22 @@ rule figure2:
     input:
         manifests=analysis_manifests,
     output:
-        png=report("results/{campaign}/analysis/figure2.png", caption=f"{ANALYSIS_REPORT}/figure2.rst",
+        png=report(f"{ANALYSIS_OUT}/figure2.png", caption=f"{ANALYSIS_REPORT}/figure2.rst",
                    category="Figures"),
-        pdf="results/{campaign}/analysis/figure2.pdf",
+        pdf=f"{ANALYSIS_OUT}/figure2.pdf",
     conda:
         "../../envs/cpu.yaml"
     log:
-        "results/{campaign}/logs/analysis/figure2.log",
+        f"{ANALYSIS_LOGS}/figure2.log",
     benchmark:
-        "results/{campaign}/benchmarks/analysis/figure2.tsv"
+        f"{ANALYSIS_BENCHMARKS}/figure2.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure2.py",
         model=f"--model {ANALYSIS['figure2_model']}" if ANALYSIS["figure2_model"] else "",
         smoothing=ANALYSIS["smoothing"],
     shell:
-        "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.manifests} {params.model} "
-        "--smoothing {params.smoothing} > {log} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} --cells {{input.manifests}} {{params.model}}"
+        f" --smoothing {{params.smoothing}} > {{log}} 2>&1"
 
 
 rule figure3:
@@ -88,21 +90,21 @@ rule figure3:
     input:
         manifests=analysis_manifests,
     output:
-        png=report("results/{campaign}/analysis/figure3.png", caption=f"{ANALYSIS_REPORT}/figure3.rst",
+        png=report(f"{ANALYSIS_OUT}/figure3.png", caption=f"{ANALYSIS_REPORT}/figure3.rst",
                    category="Figures"),
-        pdf="results/{campaign}/analysis/figure3.pdf",
+        pdf=f"{ANALYSIS_OUT}/figure3.pdf",
     conda:
         "../../envs/cpu.yaml"
     log:
-        "results/{campaign}/logs/analysis/figure3.log",
+        f"{ANALYSIS_LOGS}/figure3.log",
     benchmark:
-        "results/{campaign}/benchmarks/analysis/figure3.tsv"
+        f"{ANALYSIS_BENCHMARKS}/figure3.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/figure3.py",
         smoothing=ANALYSIS["smoothing"],
     shell:
-        "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.manifests} --smoothing {params.smoothing} > {log} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} --cells {{input.manifests}}"
+        f" --smoothing {{params.smoothing}} > {{log}} 2>&1"
 
 
 rule diagnosis:
@@ -111,23 +113,22 @@ rule diagnosis:
         curves=analysis_curves,
         manifests=analysis_manifests,
     output:
-        md=report("results/{campaign}/analysis/diagnosis.md", caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
+        md=report(f"{ANALYSIS_OUT}/diagnosis.md", caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
                   category="Diagnosis"),
-        csv="results/{campaign}/analysis/diagnosis.csv",
+        csv=f"{ANALYSIS_OUT}/diagnosis.csv",
     conda:
         "../../envs/cpu.yaml"
     log:
-        "results/{campaign}/logs/analysis/diagnosis.log",
+        f"{ANALYSIS_LOGS}/diagnosis.log",
     benchmark:
-        "results/{campaign}/benchmarks/analysis/diagnosis.tsv"
+        f"{ANALYSIS_BENCHMARKS}/diagnosis.tsv"
     params:
         script=f"{ANALYSIS_SCRIPTS}/diagnosis.py",
         cv=ANALYSIS["cv_threshold"],
         gap=ANALYSIS["gap_threshold"],
     shell:
-        "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.curves} {input.manifests} "
-        "--cv-threshold {params.cv} --gap-threshold {params.gap} > {log} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} --cells {{input.curves}} {{input.manifests}}"
+        f" --cv-threshold {{params.cv}} --gap-threshold {{params.gap}} > {{log}} 2>&1"
 
 
 rule comparison:
@@ -135,18 +136,17 @@ rule comparison:
     input:
         curves=analysis_curves,
     output:
-        md=report("results/{campaign}/analysis/comparison.md", caption=f"{ANALYSIS_REPORT}/comparison.rst",
+        md=report(f"{ANALYSIS_OUT}/comparison.md", caption=f"{ANALYSIS_REPORT}/comparison.rst",
                   category="Diagnosis"),
-        csv="results/{campaign}/analysis/comparison.csv",
+        csv=f"{ANALYSIS_OUT}/comparison.csv",
     conda:
         "../../envs/cpu.yaml"
     log:
-        "results/{campaign}/logs/analysis/comparison.log",
+        f"{ANALYSIS_LOGS}/comparison.log",
     params:
         script=f"{ANALYSIS_SCRIPTS}/comparison.py",
     shell:
-        "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.curves} > {log} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} --cells {{input.curves}} > {{log}} 2>&1"
 
 
 rule mechanism:
@@ -155,18 +155,17 @@ rule mechanism:
         curves=analysis_curves,
         manifests=analysis_manifests,
     output:
-        png=report("results/{campaign}/analysis/mechanism.png", caption=f"{ANALYSIS_REPORT}/mechanism.rst",
+        png=report(f"{ANALYSIS_OUT}/mechanism.png", caption=f"{ANALYSIS_REPORT}/mechanism.rst",
                    category="Figures"),
-        pdf="results/{campaign}/analysis/mechanism.pdf",
-        csv="results/{campaign}/analysis/mechanism.csv",
+        pdf=f"{ANALYSIS_OUT}/mechanism.pdf",
+        csv=f"{ANALYSIS_OUT}/mechanism.csv",
     conda:
         "../../envs/cpu.yaml"
     log:
-        "results/{campaign}/logs/analysis/mechanism.log",
+        f"{ANALYSIS_LOGS}/mechanism.log",
     params:
         script=f"{ANALYSIS_SCRIPTS}/mechanism.py",
         smoothing=ANALYSIS["smoothing"],
     shell:
-        "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.curves} {input.manifests} "
-        "--smoothing {params.smoothing} > {log} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} --cells {{input.curves}} {{input.manifests}}"
+        f" --smoothing {{params.smoothing}} > {{log}} 2>&1"

@@ -12,7 +12,7 @@ Acc@8 (or Best@8) at the compared point:
   so that a difference that changes sign during training is seen as such.
 
 The difference of the benchmark-mean values is the stratified mean of d (equal weight per benchmark),
-its standard error the stratified SE (``balagg.analysis.errors.stratified_mean_se``), z = diff / SE and
+its standard error the stratified SE (``balagg.analysis.uncertainty.stratified_mean_se``), z = diff / SE and
 p = 2 (1 - Phi(|z|)) (a normal approximation: there are hundreds of units). ``mdd`` is the minimum
 detectable difference at this SE: (z_0.975 + z_0.80) SE = 2.80 SE (a true difference of that size is
 found at alpha 0.05 with 80% power). A difference is *beyond its error* when p < 0.05; otherwise the
@@ -31,7 +31,8 @@ import math
 import pandas as pd
 
 from balagg.analysis.campaign import Campaign
-from balagg.analysis.errors import load_problem_scores, stratified_mean_se
+from balagg.analysis.summarise import ACC
+from balagg.analysis.uncertainty import load_problem_scores, stratified_mean_se
 
 __all__ = ["COMPARISON_COLUMNS", "MDD_FACTOR", "paired_difference", "comparison_table", "pair_result", "to_markdown",
            "verdict"]
@@ -107,7 +108,7 @@ def _final_step(campaign: Campaign, model: str, dataset: str) -> int | None:
 
 
 def comparison_table(campaign: Campaign, scores: pd.DataFrame | None = None,
-                     metrics: tuple[str, ...] = ("acc@8",)) -> pd.DataFrame:
+                     metrics: tuple[str, ...] = (ACC,)) -> pd.DataFrame:
     """Every pair of the campaign's aggregators in every setting: at the last step, over the mean, and at
     each earlier trained checkpoint that both rules have (:data:`POINTS`)."""
     scores = load_problem_scores(campaign) if scores is None else scores
@@ -129,7 +130,7 @@ def comparison_table(campaign: Campaign, scores: pd.DataFrame | None = None,
 
 
 def pair_result(table: pd.DataFrame, model: str, dataset: str, a: str, b: str, point: str = "last",
-                metric: str = "acc@8") -> dict:
+                metric: str = ACC) -> dict:
     """The row of ``table`` (:func:`comparison_table`) for ``a`` versus ``b``, oriented as a - b:
     ``diff, se, p, mdd, beyond_error, verdict`` (NaN / "not testable" when the pair is absent)."""
     rows = table[(table.model == model) & (table.dataset == dataset) & (table.point == point)

@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 
 from balagg.analysis.campaign import MEAN, Campaign
 from balagg.analysis.plotting import aggregator_colors, aggregator_styles, mark_missing
-from balagg.analysis.summarise import smooth
+from balagg.analysis.summarise import ACC, smooth
 from balagg.rules import canonical_rule
 
 __all__ = ["MECHANISM_METRICS", "mechanism_frame", "mechanism_curves", "mechanism_summary", "make_figure",
@@ -130,11 +130,11 @@ def make_figure(campaign: Campaign, smoothing: int = 5) -> Figure:
     figure = Figure(figsize=(12.0, 3.0 * len(settings)), layout="constrained")
     axes = figure.subplots(len(settings), 3, squeeze=False)
     evals = campaign.evals[campaign.evals.benchmark == MEAN]
-    accuracy = evals.groupby(["model", "dataset", "aggregator", "step"], sort=False)["acc@8"].mean().reset_index()
+    accuracy = evals.groupby(["model", "dataset", "aggregator", "step"], sort=False)[ACC].mean().reset_index()
     for row, (model, dataset) in zip(axes, settings):
         mine = curves[(curves.model == model) & (curves.dataset == dataset)]
         acc = accuracy[(accuracy.model == model) & (accuracy.dataset == dataset)]
-        mark_missing(row[0], _draw(row[0], acc, "step", "acc@8", campaign.aggregators, colors, styles, 1))
+        mark_missing(row[0], _draw(row[0], acc, "step", ACC, campaign.aggregators, colors, styles, 1))
         row[0].set_ylabel("mean Acc@8")
         row[0].set_title(f"{model} / {dataset}: accuracy", fontsize=9)
         row[1].axhline(0.5, color="grey", linewidth=0.6, gid="reference")

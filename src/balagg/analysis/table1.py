@@ -26,7 +26,7 @@ import pandas as pd
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.campaign import METRICS
 from balagg.analysis.summarise import last_column, peak_column
-from balagg.analysis.errors import add_standard_errors
+from balagg.analysis.uncertainty import add_standard_errors
 from balagg.analysis.campaign import Campaign
 
 # best@8: any of the 8 samples correct; best@8 (bootstrap): verl's best@8/mean, which the paper most
@@ -133,7 +133,7 @@ def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFram
     lines = [f"# Table 1: {campaign_name}", "",
              "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
              "last: final step. Mean ± sample std over seeds where there are several; (SE): standard error over "
-             "problems at that step (balagg.analysis.errors; the peak's is not corrected for choosing the maximum). "
+             "problems at that step (balagg.analysis.uncertainty; the peak's is not corrected for choosing the maximum). "
              f"Bold: best per (dataset, model). {GAP}: no honest value (see notes).", "",
              "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
              "|---|---|---|" + "---:|" * len(VALUE_COLUMNS) + "---:|"]

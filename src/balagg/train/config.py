@@ -87,7 +87,6 @@ class CellConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     mask_truncated_completions: bool = False
-    beta: float = 0.0  # KL to a reference model: must be 0 (the KL term is not advantage-weighted)
     total_steps: int = 100
 
     # checkpoints
@@ -137,11 +136,6 @@ class CellConfig:
             self.dataset_name = Path(self.train_files[0]).stem
         if not self.output_name:
             self.output_name = f"{self.model_name}/{self.dataset_name}/{self.aggregator}/seed{self.seed}"
-        if self.beta != 0:
-            raise ValueError(
-                f"cell config: beta={self.beta} is not supported: the KL penalty is not scaled by the advantage, "
-                "so aggregation weights folded into the advantages would not apply to it; set beta to 0"
-            )
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"cell config: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
         contract.check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
@@ -306,7 +300,7 @@ def grpo_config_kwargs(cell: CellConfig, output_dir: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
         loss_type="dr_grpo",
-        beta=0.0,
+        beta=0.0,  # no KL term: it is not scaled by the advantage (AggregatedGRPOTrainer refuses beta != 0)
         seed=cell.seed,
         data_seed=cell.seed,
         learning_rate=cell.learning_rate,

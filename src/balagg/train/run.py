@@ -180,21 +180,40 @@ def _write_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, ve
 
 
 def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, Any]:
+    """The steps of :func:`run_cell` under the lock (module doc): where to start, what to train with, the
+    trainer, tracking, training, then the manifest."""
     import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOConfig
 
-    from balagg.rewards import MathReward
-    from balagg.train.callbacks import CellCallback, StepProgress, restore_verifier_counts, write_verifier_counts
-    from balagg.train.deadline import StopGuard, TrainingStopped
-    from balagg.train.precision import apply_policy
-    from balagg.train.data import build_prompts
-    from balagg.train.trainer import AggregatedGRPOTrainer
+    from balagg.train.callbacks import write_verifier_counts
 
     if not torch.cuda.is_available():
         torch.set_num_threads(cell.torch_threads)
+    resume, step = _start_point(cell, cell_dir)
+    if resume is not None:
+        if step >= cell.total_steps:
+            return _finished_manifest(cell, cell_dir, manifest_path, step) if _main_process() else {}
+        log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
 
+    # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
+    model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
+                                        cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
+    reward = _start_reward(cell, cell_dir, resume)
+    tracker = Tracker(cell.mlflow_tracking_uri)
+    trainer, guard = _build_trainer(cell, cell_dir, model_path, reward, tracker)
+    distributed = _set_up_distributed(cell, trainer)
+    if trainer.is_world_process_zero():
+        _record_start(cell, cell_dir, tracker, context, distributed)
+    _train(trainer, resume, guard, reward, tracker, cell_dir)
+    if not trainer.is_world_process_zero():
+        return {}
+    verifier = write_verifier_counts(cell_dir, cell.verifier, reward)
+    return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)
+
+
+def _start_point(cell: CellConfig, cell_dir: CellDir) -> tuple[Path | None, int]:
+    """The newest complete resumable checkpoint and its step (None, 0: a fresh start). The main process
+    clears the previous attempt's stop record and cuts metrics.jsonl to the steps the checkpoint covers
+    (all of it on a fresh start)."""
     resume = cell_dir.latest_resumable()
     main_process = _main_process()
     if main_process:
@@ -203,17 +222,19 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         if main_process:
             cell_dir.metrics.unlink(missing_ok=True)
         log.info("cell %s: fresh start (config %s)", cell.output_name, cell.config_hash())
-    else:
-        step = int(resume.name.removeprefix(contract.RESUMABLE_PREFIX))
-        if main_process:
-            truncate_metrics(cell_dir.metrics, step)
-        if step >= cell.total_steps:
-            return _finished_manifest(cell, cell_dir, manifest_path, step) if main_process else {}
-        log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
+        return None, 0
+    step = int(resume.name.removeprefix(contract.RESUMABLE_PREFIX))
+    if main_process:
+        truncate_metrics(cell_dir.metrics, step)
+    return resume, step
 
-    # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
-    model_path, context = prepare_model(cell.model_name, cell.model, cell.max_position_embeddings,
-                                        cell.max_prompt_length, cell.max_completion_length, cell_dir.root / "model")
+
+def _start_reward(cell: CellConfig, cell_dir: CellDir, resume: Path | None):
+    """The math reward, its verifier workers started, with the verifier counts of the attempts before
+    ``resume``. Called before the model is loaded, which starts threads: the workers are forked while
+    this process has only one (balagg.evaluation.verify.pool)."""
+    from balagg.rewards import MathReward
+    from balagg.train.callbacks import restore_verifier_counts
 
     reward = MathReward(
         answer_format=cell.answer_format, reward_correct=cell.reward_correct, reward_incorrect=cell.reward_incorrect,
@@ -222,17 +243,30 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         overlong_penalty_factor=cell.overlong_penalty_factor, timeout_s=cell.verifier_timeout_s,
         workers=cell.verifier_workers, verifier=cell.verifier,
     )
-    reward.start()  # before loading the model starts threads: the verifier workers are forked (balagg.evaluation.verify.pool)
+    reward.start()
+    if resume is not None:
+        restore_verifier_counts(cell_dir, reward)
+    return reward
+
+
+def _build_trainer(cell: CellConfig, cell_dir: CellDir, model_path, reward, tracker: Tracker):
+    """Tokenizer, model, prompts and :class:`AggregatedGRPOTrainer` with the cell's callback (metrics,
+    evaluation checkpoints, tracking) and its stop guard (time limit, signals): ``(trainer, guard)``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from trl import GRPOConfig
+
+    from balagg.train.callbacks import CellCallback, StepProgress
+    from balagg.train.data import build_prompts
+    from balagg.train.deadline import StopGuard
+    from balagg.train.trainer import AggregatedGRPOTrainer
+
     tokenizer = contract.load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     dataset = build_prompts(cell, tokenizer)
 
-    if resume is not None:
-        restore_verifier_counts(cell_dir, reward)
-
-    tracker = Tracker(cell.mlflow_tracking_uri)
-    stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
     callback = CellCallback(cell_dir, cell.checkpoint_steps(), cell.mini_batches, tracker)
     callback.reward, callback.verifier_spec = reward, cell.verifier
     guard = StopGuard(cell.generation_cycle, cell.time_limit_minutes)
@@ -256,27 +290,48 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     callback.trainer = guard.trainer = trainer
     if cell.use_vllm:
         adapt_colocated_sync(trainer)  # vLLM's CPU backend needs its own weight sync (balagg.train.vllm_cpu)
+    return trainer, guard
+
+
+def _set_up_distributed(cell: CellConfig, trainer) -> dict[str, Any]:
+    """What the job runs as (the manifest's ``distributed``), logged; FSDP2's gradient reduction set to
+    fp32 before train() shards the model (balagg.train.precision)."""
+    from balagg.train.precision import apply_policy
+
     distributed = distributed_report(trainer.accelerator, cell.accelerate_config)
-    # before train() shards the model: FSDP2 reduces gradients in fp32 (balagg.train.precision)
     distributed["mixed_precision_policy"] = apply_policy(trainer.accelerator, cell.accelerate_config)
     log.log(logging.WARNING if distributed["fell_back"] else logging.INFO,
             "distributed: %s on %d %s process(es) (accelerate config asks for %s)%s", distributed["distributed_type"],
             distributed["num_processes"], distributed["device"], distributed["requested"],
             f": accelerate runs {distributed['distributed_type']} instead (FSDP needs an accelerator)" if distributed["fell_back"] else "")
+    return distributed
 
-    if trainer.is_world_process_zero():
-        # before any step: a job killed after its last checkpoint, whose rerun only writes the manifest
-        # (_finished_manifest), still has what this attempt checked and ran on
-        write_json(cell_dir.root / contract.CONTEXT_FILE, context)
-        write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
-        run_id = tracker.start(
-            experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,
-            tags=cell_run_tags(cell.output_name, cell.model_name, cell.dataset_name, cell.aggregator, cell.seed,
-                               cell.config_hash(), git_commit(), scope=cell.scope),
-            params=cell.to_dict(),
-        )
-        if run_id is not None and run_id != stored_run:
-            atomic_write_text(cell_dir.mlflow_run_id, run_id + "\n")
+
+def _record_start(cell: CellConfig, cell_dir: CellDir, tracker: Tracker, context: dict[str, Any],
+                  distributed: dict[str, Any]) -> None:
+    """Before any step (the main process): the context and distributed records, so that a job killed after
+    its last checkpoint, whose rerun only writes the manifest (_finished_manifest), still has what this
+    attempt checked and ran on; and the MLflow run, the cell's stored one continued."""
+    write_json(cell_dir.root / contract.CONTEXT_FILE, context)
+    write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
+    stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
+    run_id = tracker.start(
+        experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,
+        tags=cell_run_tags(cell.output_name, cell.model_name, cell.dataset_name, cell.aggregator, cell.seed,
+                           cell.config_hash(), git_commit(), scope=cell.scope),
+        params=cell.to_dict(),
+    )
+    if run_id is not None and run_id != stored_run:
+        atomic_write_text(cell_dir.mlflow_run_id, run_id + "\n")
+
+
+def _train(trainer, resume: Path | None, guard, reward, tracker: Tracker, cell_dir: CellDir) -> None:
+    """Train to the last step, from ``resume`` if given; the reward's workers are closed and the MLflow run
+    ended (FINISHED, KILLED at a stop, FAILED) whatever happens. A failed checkpoint write is raised as the
+    one-line error that names it; a stop (time limit, signal) is recorded and raised as
+    :class:`~balagg.train.deadline.TrainingStopped`."""
+    from balagg.train.deadline import TrainingStopped
+
     status = "FAILED"
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
@@ -296,7 +351,3 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
         if trainer.is_world_process_zero():
             write_json(cell_dir.stopped, {"step": step, "reason": guard.stopped})
         raise TrainingStopped(guard.stopped, step)
-    if not trainer.is_world_process_zero():
-        return {}
-    verifier = write_verifier_counts(cell_dir, cell.verifier, reward)
-    return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)

@@ -25,13 +25,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from balagg import contract
 from balagg.analysis.campaign import Campaign, CellKey
+from balagg.analysis.summarise import ACC, BEST, last_column, peak_column
 from balagg.io import read_jsonl_lines
 
 __all__ = ["SCORE_COLUMNS", "load_problem_scores", "stratified_mean_se", "add_standard_errors", "value_se"]
 
-SCORE_COLUMNS = ("model", "dataset", "aggregator", "seed", "step", "benchmark", "problem_id", "acc@8", "best@8")
-INITIAL = "initial"
+SCORE_COLUMNS = ("model", "dataset", "aggregator", "seed", "step", "benchmark", "problem_id", ACC, BEST)
 
 
 def _read_scores(path: Path) -> list[dict]:
@@ -45,12 +46,8 @@ def _read_scores(path: Path) -> list[dict]:
         if not flags:
             raise ValueError(f"{path}:{number}: problem {problem_id} has no samples")
         rows.append({"benchmark": benchmark, "problem_id": problem_id,
-                     "acc@8": sum(flags) / len(flags), "best@8": max(flags)})
+                     ACC: sum(flags) / len(flags), BEST: max(flags)})
     return rows
-
-
-def _step_of(folder: Path) -> int:
-    return int(folder.name.split("-", 1)[1])
 
 
 def load_problem_scores(campaign: Campaign) -> pd.DataFrame:
@@ -63,10 +60,10 @@ def load_problem_scores(campaign: Campaign) -> pd.DataFrame:
     cache: dict[Path, list[dict]] = {}
     for model, dataset, aggregator, seed, step in complete.itertuples(index=False):
         key = CellKey(model, dataset, aggregator, int(seed))
-        name = f"step-{int(step):06d}"
-        path = campaign.root / key.relpath / "eval" / name / "scores.jsonl"
+        scores_file = contract.eval_step_relpath(int(step), contract.SCORES_FILE)
+        path = campaign.root / key.relpath / scores_file
         if not path.is_file() and int(step) == 0:
-            path = campaign.root / model / INITIAL / "eval" / name / "scores.jsonl"
+            path = campaign.root / model / contract.INITIAL_RUN / scores_file
         if not path.is_file():
             continue
         if path not in cache:
@@ -109,19 +106,19 @@ def add_standard_errors(table: pd.DataFrame, campaign: Campaign, scores: pd.Data
     ``peak_acc@8, peak_best@8, last_acc@8, last_best@8``: the SE over problems at that value's step."""
     scores = load_problem_scores(campaign) if scores is None else scores
     table = table.copy()
-    for prefix in ("peak", "last"):
-        for metric in ("acc@8", "best@8"):
-            column, values = f"{prefix}_{metric}", []
-            step_column = f"peak_{metric}_step" if prefix == "peak" else "last_step"
-            for _, row in table.iterrows():
-                value, step = row[column], row[step_column]
-                if pd.isna(value) or pd.isna(step):
-                    values.append(math.nan)
-                    continue
-                usable = [k.seed for k in campaign.group_keys(row.model, row.dataset, row.aggregator)
-                          if k in campaign.cells and not campaign.cells[k].failed]
-                values.append(value_se(scores, row.model, row.dataset, row.aggregator, int(step), metric, usable))
-            position = list(table.columns).index(column) + 1
-            table.insert(position, f"{column}_se", values)
+    columns = [*((m, peak_column(m), f"{peak_column(m)}_step") for m in (ACC, BEST)),
+               *((m, last_column(m), "last_step") for m in (ACC, BEST))]
+    for metric, column, step_column in columns:
+        values = []
+        for _, row in table.iterrows():
+            value, step = row[column], row[step_column]
+            if pd.isna(value) or pd.isna(step):
+                values.append(math.nan)
+                continue
+            usable = [k.seed for k in campaign.group_keys(row.model, row.dataset, row.aggregator)
+                      if k in campaign.cells and not campaign.cells[k].failed]
+            values.append(value_se(scores, row.model, row.dataset, row.aggregator, int(step), metric, usable))
+        position = list(table.columns).index(column) + 1
+        table.insert(position, f"{column}_se", values)
     return table
 

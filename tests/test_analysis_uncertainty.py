@@ -1,4 +1,4 @@
-"""Error bars, the paired comparison and the mechanism figure (balagg.analysis.errors / comparison / mechanism)."""
+"""Error bars, the paired comparison and the mechanism figure (balagg.analysis.uncertainty / comparison / mechanism)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from balagg.analysis import diagnosis as diagnosis_lib, table1
 
 from balagg.analysis import load_campaign
 from balagg.analysis.comparison import MDD_FACTOR, comparison_table, pair_result, paired_difference, to_markdown
-from balagg.analysis.errors import add_standard_errors, load_problem_scores, stratified_mean_se
+from balagg.analysis.uncertainty import add_standard_errors, load_problem_scores, stratified_mean_se
 from balagg.analysis.mechanism import make_figure, mechanism_frame, mechanism_summary
 
 PROBLEMS = 8  # per benchmark

@@ -1,0 +1,164 @@
+"""External checkpoints (balagg.checkpoints): what a `checkpoints:` entry resolves to, the one-line refusals
+of bad entries, fetching a pinned hub revision. No Snakemake here."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+from balagg import checkpoints  # noqa: E402
+from balagg.cli import main  # noqa: E402
+from balagg.tinyworld.hubcache import build_model, fill_hub_cache, put_snapshot, repo_folder  # noqa: E402
+
+MODEL = "Qwen/Qwen3-1.7B"
+
+
+def save_tiny_model(folder: Path, seed: int = 0) -> Path:
+    """A tiny Qwen3 model and its tokenizer saved as a Hugging Face folder."""
+    model, tokenizer = build_model(MODEL, seed=seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def two_revisions(hf_home: Path) -> tuple[str, str]:
+    """MODEL in the hub cache at `main` and, with other weights, at the branch `v1`: (main's, v1's commit)."""
+    main_commit = fill_hub_cache(hf_home, [MODEL], {})[MODEL]
+    other = save_tiny_model(hf_home.parent / f"{hf_home.name}-v1", seed=7)
+    return main_commit, put_snapshot(hf_home, MODEL, "model", other, ref="v1")
+
+
+@pytest.fixture(scope="module")
+def hf_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("hf")
+    two_revisions(home)
+    return home
+
+
+def fake_model_folder(folder: Path, weights: bool = True, context: int = 4096) -> Path:
+    """config.json (and a weights file): enough for what resolve() checks, without a model."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3", "max_position_embeddings": context}))
+    if weights:
+        (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def fake_verl_checkpoint(step_dir: Path, huggingface: bool = True) -> Path:
+    actor = step_dir / "actor"
+    actor.mkdir(parents=True)
+    for rank in range(2):
+        (actor / f"model_world_size_2_rank_{rank}.pt").write_bytes(b"")
+    if huggingface:
+        fake_model_folder(actor / "huggingface", weights=False)
+    return actor
+
+
+def test_revisions_of_one_repository_stay_side_by_side(hf_home):
+    main_commit = (repo_folder(hf_home, MODEL, "model") / "refs" / "main").read_text()
+    v1 = (repo_folder(hf_home, MODEL, "model") / "refs" / "v1").read_text()
+    assert main_commit != v1
+    for commit in (main_commit, v1):
+        assert checkpoints.hub_snapshot(hf_home / "hub", MODEL, commit) is not None
+    assert checkpoints.hub_snapshot(hf_home / "hub", MODEL, "v1").name == v1
+
+
+def test_a_hub_checkpoint_is_pinned_to_its_revision(hf_home):
+    external = checkpoints.resolve("base", {"path": MODEL, "revision": "v1"}, hf_home / "hub", offline=True)
+    assert (external.kind, external.revision, external.steps) == ("hub", "v1", {0: f"{MODEL}@v1"})
+    assert checkpoints.split_pinned(f"{MODEL}@v1") == (MODEL, "v1")
+    assert checkpoints.split_pinned("/some/folder@x") == ("/some/folder@x", None)
+
+
+def test_generation_reads_the_pinned_revision_offline(hf_home, monkeypatch):
+    from balagg.evaluation.generation.generate import resolve_checkpoint
+
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    v1 = (repo_folder(hf_home, MODEL, "model") / "refs" / "v1").read_text()
+    main_commit = (repo_folder(hf_home, MODEL, "model") / "refs" / "main").read_text()
+    assert resolve_checkpoint(f"{MODEL}@v1").name == v1
+    assert resolve_checkpoint(f"{MODEL}@{main_commit}").name == main_commit
+    assert resolve_checkpoint(MODEL).name == main_commit
+
+
+def test_fetch_records_a_pinned_revision_and_its_commit(hf_home, tmp_path):
+    v1 = (repo_folder(hf_home, MODEL, "model") / "refs" / "v1").read_text()
+    out = tmp_path / "fetch.json"
+    assert main(["fetch", "--hf-home", str(hf_home), "--model", f"{MODEL}@v1", "--out", str(out)]) == 0
+    [repo] = json.loads(out.read_text())["repos"]
+    assert (repo["repo_id"], repo["revision"], repo["commit"]) == (MODEL, "v1", v1)
+
+
+def test_fetch_names_a_revision_the_cache_lacks(hf_home, tmp_path, capsys):
+    code = main(["fetch", "--hf-home", str(hf_home), "--model", f"{MODEL}@v9", "--out", str(tmp_path / "f.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{MODEL} at revision v9" in err
+
+
+def test_a_local_folder_is_step_0(tmp_path):
+    folder = fake_model_folder(tmp_path / "mine")
+    external = checkpoints.resolve("mine", {"path": str(folder)}, tmp_path, offline=True)
+    assert (external.kind, external.steps) == ("folder", {0: str(folder)})
+
+
+def test_a_run_folder_is_a_curve_of_its_steps(tmp_path):
+    for name in ("checkpoint-20", "global_step_40", "step-000010"):
+        fake_model_folder(tmp_path / "run" / name)
+    (tmp_path / "run" / "logs").mkdir()
+    external = checkpoints.resolve("run", {"path": str(tmp_path / "run")}, tmp_path, offline=True)
+    assert external.kind == "run"
+    assert external.steps == {10: str(tmp_path / "run/step-000010"), 20: str(tmp_path / "run/checkpoint-20"),
+                              40: str(tmp_path / "run/global_step_40")}
+
+
+def test_a_verl_checkpoint_is_merged_where_the_workflow_says(tmp_path):
+    actor = fake_verl_checkpoint(tmp_path / "global_step_5")
+    external = checkpoints.resolve("v", {"path": str(tmp_path / "global_step_5")}, tmp_path, offline=True,
+                                   merged_dir=lambda step: tmp_path / f"merged-{step}")
+    assert (external.kind, external.verl, external.steps) == ("verl", {0: str(actor)}, {0: str(tmp_path / "merged-0")})
+    assert checkpoints.context_source(external) == actor / "huggingface"
+    command = checkpoints.verl_merge_command(actor, tmp_path / "out")
+    assert command.startswith("python -m verl.model_merger merge --backend fsdp --local_dir ")
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no-revision", "checkpoints.c: hub id Qwen/Qwen3-1.7B needs a revision"),
+    ("missing-revision", "checkpoints.c: revision v9 of Qwen/Qwen3-1.7B is not in the hub cache"),
+    ("no-weights", "has no weights"),
+    ("no-config", "has no config.json"),
+    ("verl-without-huggingface", "has no huggingface/ folder"),
+    ("run-step-without-weights", "checkpoints.c: step 3 "),
+    ("nothing-there", "is neither a folder nor a hub id"),
+    ("revision-of-a-folder", "revision v1 is for hub ids"),
+])
+def test_bad_checkpoints_are_one_line_naming_them(hf_home, tmp_path, case, message):
+    spec = {
+        "no-revision": {"path": MODEL},
+        "missing-revision": {"path": MODEL, "revision": "v9"},
+        "no-weights": {"path": str(fake_model_folder(tmp_path / "m", weights=False))},
+        "no-config": {"path": str(tmp_path)},
+        "verl-without-huggingface": {"path": str(tmp_path / "global_step_1")},
+        "run-step-without-weights": {"path": str(tmp_path / "run")},
+        "nothing-there": {"path": str(tmp_path / "absent")},
+        "revision-of-a-folder": {"path": str(fake_model_folder(tmp_path / "f")), "revision": "v1"},
+    }[case]
+    if case == "verl-without-huggingface":
+        fake_verl_checkpoint(tmp_path / "global_step_1", huggingface=False)
+    if case == "run-step-without-weights":
+        fake_model_folder(tmp_path / "run" / "step-1")
+        fake_model_folder(tmp_path / "run" / "step-3", weights=False)
+    with pytest.raises(ValueError) as error:
+        checkpoints.resolve("c", spec, hf_home / "hub", offline=True)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_uncached_revision_is_left_to_fetch_when_online(hf_home):
+    external = checkpoints.resolve("c", {"path": MODEL, "revision": "v9"}, hf_home / "hub", offline=False)
+    assert external.steps == {0: f"{MODEL}@v9"}
+

@@ -1,9 +1,11 @@
 """External checkpoints (balagg.checkpoints): what a `checkpoints:` entry resolves to, the one-line refusals
-of bad entries, fetching a pinned hub revision. No Snakemake here."""
+of bad entries, fetching a pinned hub revision, and Table 1's row of a checkpoint. No Snakemake here (that is
+tests/test_workflow_checkpoints.py)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from balagg import checkpoints  # noqa: E402
+from balagg import checkpoints, contract  # noqa: E402
 from balagg.cli import main  # noqa: E402
 from balagg.tinyworld.hubcache import build_model, fill_hub_cache, put_snapshot, repo_folder  # noqa: E402
 
@@ -162,3 +164,38 @@ def test_an_uncached_revision_is_left_to_fetch_when_online(hf_home):
     external = checkpoints.resolve("c", {"path": MODEL, "revision": "v9"}, hf_home / "hub", offline=False)
     assert external.steps == {0: f"{MODEL}@v9"}
 
+
+def write_evaluated_run(run: Path, steps: dict[int, float]) -> None:
+    """An external checkpoint's curve.csv and scores.jsonl as the workflow writes them (one benchmark)."""
+    rows = ["step,benchmark,acc@8,best@8,best@8_bootstrap,n_problems,n_samples,truncation_rate,unparsable_golds"]
+    for step, acc in steps.items():
+        for benchmark in ("math500", contract.MEAN):
+            rows.append(f"{step},{benchmark},{acc},{min(1.0, 2 * acc)},{acc},2,16,0.0,0")
+        scores = run / contract.eval_step_relpath(step, contract.SCORES_FILE)
+        scores.parent.mkdir(parents=True, exist_ok=True)
+        scores.write_text("".join(json.dumps({"benchmark": "math500", "problem_id": f"p{i}",
+                                              "correct": [i == 0] * 4 + [False] * 4}) + "\n" for i in range(2)))
+    (run / contract.EVAL_DIR / contract.CURVE_FILE).write_text("\n".join(rows) + "\n")
+
+
+def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):
+    from balagg.analysis import table1
+
+    hub, run = tmp_path / "base" / "external", tmp_path / "run" / "external"
+    write_evaluated_run(hub, {0: 0.25})
+    write_evaluated_run(run, {10: 0.5, 20: 0.375})
+    (hub / "checkpoint.json").write_text(json.dumps({"name": "base", "kind": "hub", "source": MODEL, "revision": "v1",
+                                                     "commit": "abcdef0123", "steps": {"0": f"{MODEL}@v1"}}))
+    (run / "checkpoint.json").write_text(json.dumps({"name": "run", "kind": "run", "source": "/runs/x",
+                                                     "revision": None, "commit": None,
+                                                     "steps": {"10": "a", "20": "b"}}))
+    table = table1.build_table(None, None, [hub / "checkpoint.json", run / "checkpoint.json"])
+    base, mine = table.iloc[0], table.iloc[1]
+    assert (base.dataset, base.model, base.aggregator) == ("(checkpoint)", "base", f"{MODEL}@v1 (commit abcdef0)")
+    assert base["peak_acc@8"] == base["last_acc@8"] == 0.25 and base.revision == "v1" and base.commit == "abcdef0123"
+    assert (mine["peak_acc@8"], mine["peak_acc@8_step"], mine["last_step"], mine["last_acc@8"]) == (0.5, 10, 20, 0.375)
+    assert math.isfinite(mine["last_acc@8_se"])
+    markdown = table1.to_markdown(table, "evalonly")
+    assert f"| (checkpoint) | base | {MODEL}@v1 (commit abcdef0) |" in markdown
+    assert "| run | /runs/x |" in markdown
+    assert "base" in table1.to_latex(table, "evalonly")

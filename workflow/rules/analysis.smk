@@ -14,9 +14,12 @@ ANALYSIS_REPORT = "../report"
 
 
 rule table1:
-    """Table 1: peak and last-step Acc@8 / Best@8 per dataset x model x aggregator."""
+    """Table 1: peak and last-step Acc@8 / Best@8 per dataset x model x aggregator, and a row per external
+    checkpoint (its checkpoint.json and the eval/curve.csv beside it)."""
     input:
         curves=analysis_curves,
+        checkpoints=external_records,
+        checkpoint_curves=lambda wildcards: external_paths(CURVE),
         paper=[f"{workflow.basedir}/{ANALYSIS['paper_values']}"] if ANALYSIS.get("paper_values") else [],
     output:
         csv=report("results/{campaign}/analysis/table1.csv", caption=f"{ANALYSIS_REPORT}/table1.rst",
@@ -33,9 +36,11 @@ rule table1:
     params:
         script=f"{ANALYSIS_SCRIPTS}/table1.py",
         paper=lambda wildcards, input: f"--paper-values {input.paper}" if input.paper else "",
+        cells=lambda wildcards, input: f"--cells {input.curves}" if input.curves else "",
+        checkpoints=lambda wildcards, input: f"--checkpoints {input.checkpoints}" if input.checkpoints else "",
     shell:
         "python {params.script} --campaign-dir results/{wildcards.campaign} "
-        "--out results/{wildcards.campaign}/analysis --cells {input.curves} {params.paper} > {log} 2>&1"
+        "--out results/{wildcards.campaign}/analysis {params.cells} {params.checkpoints} {params.paper} > {log} 2>&1"
 
 
 rule figure1:

@@ -32,6 +32,8 @@ rule mlflow_log_eval:
         curve=f"{EVAL_RUN}/{CURVE}",
         benchmarks=model_benchmarks,
         fetch=[ancient(FETCH)] if USES_HUB else [],
+        # a cell's store and experiment exist once it trained; an external checkpoint's run waits for them
+        tracking=lambda wildcards: [f"{RESULTS}/mlflow/experiment.json"] if wildcards.run == EXTERNAL else [],
     output:
         f"{EVAL_RUN}/{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}",
     wildcard_constraints:

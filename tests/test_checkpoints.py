@@ -199,3 +199,18 @@ def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):
     assert f"| (checkpoint) | base | {MODEL}@v1 (commit abcdef0) |" in markdown
     assert "| run | /runs/x |" in markdown
     assert "base" in table1.to_latex(table, "evalonly")
+
+
+def test_the_example_evaluates_the_papers_base_models_as_the_paper_does():
+    """configs/evaluate.yaml: each paper model, pinned, with paper.yaml's evaluation settings and benchmarks."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    paper, example = (yaml.safe_load((root / name).read_text()) for name in ("paper.yaml", "evaluate.yaml"))
+    assert set(example["checkpoints"]) == set(paper["models"]) and not example.get("aggregators")
+    keys = ("path", "chat_template", "math_template", "code_template", "answer_format", "enable_thinking",
+            "max_position_embeddings", "generate_resources")
+    for name, spec in example["checkpoints"].items():
+        assert {k: spec.get(k) for k in keys} == {k: paper["models"][name].get(k) for k in keys}
+        assert len(spec["revision"]) == 40  # a commit: the same weights whenever it runs
+    assert example["benchmarks"] == paper["benchmarks"] and example["eval"] == paper["eval"]

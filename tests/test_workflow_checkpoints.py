@@ -174,3 +174,23 @@ def test_a_campaign_needs_a_grid_or_checkpoints(world):
     result = run_snakemake("-n", "--configfile", "empty.yaml", cwd=world["work"], hf_home=world["hf_home"])
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "config: nothing to run: give aggregators" in output, output
+
+
+def test_the_example_runs_through_the_slurm_profile_without_training(world):
+    """configs/evaluate.yaml with --profile slurm: fetch, data, one GPU generate job per checkpoint with the
+    paper model's resources, reading its pinned revision; no training. Online (HF_HUB_OFFLINE unset), as a
+    submit host that fetches: the dry run downloads nothing."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "HF_HOME": str(world["hf_home"]), "HF_HUB_OFFLINE": "0"}
+    result = subprocess.run([str(bin_dir / "snakemake"), "-n", "-p", "--profile", "slurm", "--configfile",
+                             "configs/evaluate.yaml"], cwd=world["work"], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["generate"] == counts["score"] == 2 and counts["fetch"] == 1 and "train" not in counts
+    example = yaml.safe_load((world["work"] / "configs/evaluate.yaml").read_text())["checkpoints"]
+    for name, spec in example.items():
+        assert f"--checkpoint {spec['path']}@{spec['revision']} " in result.stdout
+        gpus = spec["generate_resources"]["gpus"]
+        assert f"model={name}, run=external, step=000000" in result.stdout and f"gpu={gpus}" in result.stdout

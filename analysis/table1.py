@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from balagg.analysis import table1
+from balagg.analysis.campaign import discover_cells
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
 
 
@@ -22,7 +23,7 @@ def main() -> int:
     parser.add_argument("--checkpoints", nargs="+", type=Path, default=[], metavar="CHECKPOINT_JSON",
                         help="external checkpoints' checkpoint.json (their eval/curve.csv beside): a row each")
     args = parser.parse_args()
-    if args.checkpoints and args.cells is None:  # a campaign of external checkpoints only
+    if args.checkpoints and args.cells is None and not discover_cells(args.campaign_dir):  # checkpoints only
         campaign, args.out = None, args.out or args.campaign_dir / "analysis"
         args.out.mkdir(parents=True, exist_ok=True)
     else:

@@ -214,3 +214,32 @@ def test_the_example_evaluates_the_papers_base_models_as_the_paper_does():
         assert {k: spec.get(k) for k in keys} == {k: paper["models"][name].get(k) for k in keys}
         assert len(spec["revision"]) == 40  # a commit: the same weights whenever it runs
     assert example["benchmarks"] == paper["benchmarks"] and example["eval"] == paper["eval"]
+
+
+def test_a_campaign_with_a_grid_and_checkpoints_keeps_the_grids_rows_and_figures(tmp_path):
+    """Table 1 of a grid plus an external checkpoint: the grid's rows as without it, then the checkpoint's;
+    Figure 1 of the same campaign folder reads the grid's cells only."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from analysis_fixtures import REPO, make_campaign
+
+    root = make_campaign(tmp_path / "camp")
+    run = root / "base" / "external"
+    write_evaluated_run(run, {0: 0.25})
+    (run / "checkpoint.json").write_text(json.dumps({"name": "base", "kind": "folder", "source": "/models/base",
+                                                     "revision": None, "commit": None, "steps": {"0": "x"}}))
+    tables = {}
+    for name, extra in (("grid", []), ("both", ["--checkpoints", str(run / "checkpoint.json")])):
+        done = subprocess.run([sys.executable, str(REPO / "analysis/table1.py"), "--campaign-dir", str(root),
+                               "--out", str(tmp_path / name), *extra], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        tables[name] = pd.read_csv(tmp_path / name / "table1.csv")
+    grid, both = tables["grid"], tables["both"]
+    assert len(both) == len(grid) + 1 and both.iloc[-1]["model"] == "base"
+    pd.testing.assert_frame_equal(both.iloc[:-1][grid.columns].reset_index(drop=True), grid)
+    figure = subprocess.run([sys.executable, str(REPO / "analysis/figure1.py"), "--campaign-dir", str(root),
+                             "--out", str(tmp_path / "fig")], capture_output=True, text=True)
+    assert figure.returncode == 0 and (tmp_path / "fig/figure1.png").stat().st_size > 0, figure.stderr

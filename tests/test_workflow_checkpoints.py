@@ -194,3 +194,50 @@ def test_the_example_runs_through_the_slurm_profile_without_training(world):
         assert f"--checkpoint {spec['path']}@{spec['revision']} " in result.stdout
         gpus = spec["generate_resources"]["gpus"]
         assert f"model={name}, run=external, step=000000" in result.stdout and f"gpu={gpus}" in result.stdout
+
+
+FAKE_MERGER = '''"""Test double of verl's model merger CLI (python -m verl.model_merger merge --backend fsdp --local_dir
+ACTOR --target_dir DIR): copies ACTOR/huggingface/ to DIR. The tests' huggingface/ folders hold weights."""
+import argparse, shutil, sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("operation", choices=["merge"])
+parser.add_argument("--backend", choices=["fsdp"], required=True)
+parser.add_argument("--local_dir", required=True)
+parser.add_argument("--target_dir", required=True)
+args = parser.parse_args()
+shutil.copytree(f"{args.local_dir}/huggingface", args.target_dir, dirs_exist_ok=True)
+print("merged", args.local_dir, "->", args.target_dir, file=sys.stderr)
+'''
+
+
+def test_a_verl_run_is_merged_by_the_merge_rule_where_verl_imports(world, tmp_path):
+    """A folder of verl global_step_N checkpoints, with a `verl` importable (a test double of its merger on
+    PYTHONPATH): one merge_verl job per step, each merged folder evaluated at its step."""
+    fake = tmp_path / "fake-verl"
+    (fake / "verl" / "model_merger").mkdir(parents=True)
+    (fake / "verl" / "__init__.py").write_text("")
+    (fake / "verl" / "model_merger" / "__init__.py").write_text("")
+    (fake / "verl" / "model_merger" / "__main__.py").write_text(FAKE_MERGER)
+    for step in (3, 6):
+        actor = fake_verl_checkpoint(tmp_path / "ckpts" / f"global_step_{step}", huggingface=False)
+        save_tiny_model(actor / "huggingface", seed=step)
+    config = evaluation_config({"myverl": {"path": str(tmp_path / "ckpts"), **SETTINGS}})
+    config["campaign"] = "verl"
+    (world["work"] / "verl.yaml").write_text(yaml.safe_dump(config))
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "HF_HOME": str(world["hf_home"]), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(fake), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([str(bin_dir / "snakemake"), "--cores", "2", "--configfile", "verl.yaml"],
+                            cwd=world["work"], capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    run = world["work"] / "results/verl/myverl/external"
+    for step in (3, 6):
+        generation = json.loads((run / f"eval/step-{step:06d}/generation.json").read_text())
+        assert generation["source"] == f"results/verl/myverl/external/merged/step-{step:06d}"
+    record = json.loads((run / "checkpoint.json").read_text())
+    assert record["kind"] == "run" and set(record["verl"]) == {"3", "6"}
+    with (world["work"] / "results/verl/analysis/table1.csv").open() as handle:
+        [row] = list(csv.DictReader(handle))
+    assert (row["model"], row["last_step"]) == ("myverl", "6")

@@ -129,35 +129,44 @@ def test_a_verl_checkpoint_is_merged_where_the_workflow_says(tmp_path):
     assert command.startswith("python -m verl.model_merger merge --backend fsdp --local_dir ")
 
 
-@pytest.mark.parametrize("case, message", [
-    ("no-revision", "checkpoints.c: hub id Qwen/Qwen3-1.7B needs a revision"),
-    ("missing-revision", "checkpoints.c: revision v9 of Qwen/Qwen3-1.7B is not in the hub cache"),
-    ("no-weights", "has no weights"),
-    ("no-config", "has no config.json"),
-    ("verl-without-huggingface", "has no huggingface/ folder"),
-    ("run-step-without-weights", "checkpoints.c: step 3 "),
-    ("nothing-there", "is neither a folder nor a hub id"),
-    ("revision-of-a-folder", "revision v1 is for hub ids"),
-])
-def test_bad_checkpoints_are_one_line_naming_them(hf_home, tmp_path, case, message):
-    spec = {
-        "no-revision": {"path": MODEL},
-        "missing-revision": {"path": MODEL, "revision": "v9"},
-        "no-weights": {"path": str(fake_model_folder(tmp_path / "m", weights=False))},
-        "no-config": {"path": str(tmp_path)},
-        "verl-without-huggingface": {"path": str(tmp_path / "global_step_1")},
-        "run-step-without-weights": {"path": str(tmp_path / "run")},
-        "nothing-there": {"path": str(tmp_path / "absent")},
-        "revision-of-a-folder": {"path": str(fake_model_folder(tmp_path / "f")), "revision": "v1"},
-    }[case]
-    if case == "verl-without-huggingface":
-        fake_verl_checkpoint(tmp_path / "global_step_1", huggingface=False)
+BAD_CHECKPOINTS = {  # case: what resolve() says of the entry bad_checkpoint() makes
+    "no-revision": f"checkpoints.c: hub id {MODEL} needs a revision",
+    "missing-revision": f"checkpoints.c: revision v9 of {MODEL} is not in the hub cache",
+    "no-weights": "has no weights",
+    "no-config": "has no config.json",
+    "verl-without-huggingface": "has no huggingface/ folder",
+    "run-step-without-weights": "checkpoints.c: step 3 ",
+    "nothing-there": "is neither a folder nor a hub id",
+    "revision-of-a-folder": "revision v1 is for hub ids",
+}
+
+
+def bad_checkpoint(case: str, tmp_path: Path) -> dict:
+    """The entry of one case of BAD_CHECKPOINTS, or of the workflow's own refusals: `verl-without-verl`
+    (a whole verl checkpoint), `short-context` (a folder whose context is 1024)."""
+    if case in ("verl-without-huggingface", "verl-without-verl"):
+        fake_verl_checkpoint(tmp_path / "global_step_1", huggingface=case == "verl-without-verl")
+        return {"path": str(tmp_path / "global_step_1")}
     if case == "run-step-without-weights":
         fake_model_folder(tmp_path / "run" / "step-1")
         fake_model_folder(tmp_path / "run" / "step-3", weights=False)
+        return {"path": str(tmp_path / "run")}
+    return {
+        "no-revision": lambda: {"path": MODEL},
+        "missing-revision": lambda: {"path": MODEL, "revision": "v9"},
+        "no-weights": lambda: {"path": str(fake_model_folder(tmp_path / "m", weights=False))},
+        "no-config": lambda: {"path": str(tmp_path)},
+        "nothing-there": lambda: {"path": str(tmp_path / "absent")},
+        "revision-of-a-folder": lambda: {"path": str(fake_model_folder(tmp_path / "f")), "revision": "v1"},
+        "short-context": lambda: {"path": str(fake_model_folder(tmp_path / "short", context=1024))},
+    }[case]()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CHECKPOINTS))
+def test_bad_checkpoints_are_one_line_naming_them(hf_home, tmp_path, case):
     with pytest.raises(ValueError) as error:
-        checkpoints.resolve("c", spec, hf_home / "hub", offline=True)
-    assert message in str(error.value) and "\n" not in str(error.value)
+        checkpoints.resolve("c", bad_checkpoint(case, tmp_path), hf_home / "hub", offline=True)
+    assert BAD_CHECKPOINTS[case] in str(error.value) and "\n" not in str(error.value)
 
 
 def test_an_uncached_revision_is_left_to_fetch_when_online(hf_home):

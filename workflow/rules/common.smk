@@ -27,6 +27,7 @@ from balagg.train.config import CellConfig
 from balagg.train.launch import check_accelerate_config, conda_env_packages
 
 CAMPAIGN = config["campaign"]
+config.setdefault("checkpoints", {})  # the schema's default, also where a Snakefile includes this unvalidated
 RESULTS = contract.campaign_dir(CAMPAIGN)
 CELL = os.path.join(RESULTS, contract.CELL_PATTERN)
 # What an evaluation belongs to: a cell ("{dataset}/{aggregator}/seed{seed}") or the initial model.
@@ -139,6 +140,14 @@ def merged_dir(name, step):
     return os.path.join(external_run(name), contract.MERGED_DIR, contract.step_dirname(step))
 
 
+def verl_in_jobs():
+    """Whether the merge_verl jobs can import verl: under --sdm conda they run in envs/verl.yaml, else in this
+    interpreter's environment."""
+    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+        return True
+    return importlib.util.find_spec("verl") is not None
+
+
 def resolve_externals():
     """Every external checkpoint resolved to its steps and checked before any job runs: one line naming the
     checkpoint and the problem (balagg.checkpoints), a name shared with a model, a verl checkpoint where verl
@@ -153,9 +162,10 @@ def resolve_externals():
                                 + ("a model of the grid" if name in config["models"] else "a campaign folder"))
         try:
             external = externals.resolve(name, spec, cache, offline, lambda step: merged_dir(name, step))
-            if external.verl and importlib.util.find_spec("verl") is None:
+            if external.verl and not verl_in_jobs():
                 step, actor = next(iter(external.verl.items()))
-                raise ValueError(f"checkpoints.{name}: {actor} is a verl checkpoint and verl is not installed here; "
+                raise ValueError(f"checkpoints.{name}: {actor} is a verl checkpoint and verl is not installed where "
+                                 "the jobs run; "
                                  f"merge it with verl's own merger and set path to the merged folder: "
                                  f"{externals.verl_merge_command(actor, merged_dir(name, step))}")
             source = externals.context_source(external)

@@ -173,8 +173,9 @@ rule external_checkpoint:
 
 
 rule merge_verl:
-    """A verl checkpoint's FSDP shards merged into a Hugging Face folder by verl's own merger (only where
-    verl is installed; elsewhere the workflow refuses the checkpoint at DAG build with this command)."""
+    """A verl checkpoint's FSDP shards merged into a Hugging Face folder by verl's own merger: under
+    --sdm conda in envs/verl.yaml, else where Snakemake's Python imports verl; otherwise the workflow refuses
+    the checkpoint at DAG build with this command (verl_in_jobs)."""
     output:
         f"{RESULTS}/{{model}}/{EXTERNAL}/{contract.MERGED_DIR}/{contract.STEP_DIR_PREFIX}{{step}}/config.json",
     wildcard_constraints:
@@ -188,6 +189,6 @@ rule merge_verl:
         mem_mb=model_resource("generate_resources", "mem_mb"),
         runtime=model_resource("generate_resources", "runtime"),
     conda:
-        "../../envs/gpu.yaml"
+        "../../envs/verl.yaml"
     shell:
         "{params.command} > {log} 2>&1"

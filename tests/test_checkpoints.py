@@ -252,3 +252,15 @@ def test_a_campaign_with_a_grid_and_checkpoints_keeps_the_grids_rows_and_figures
     figure = subprocess.run([sys.executable, str(REPO / "analysis/figure1.py"), "--campaign-dir", str(root),
                              "--out", str(tmp_path / "fig")], capture_output=True, text=True)
     assert figure.returncode == 0 and (tmp_path / "fig/figure1.png").stat().st_size > 0, figure.stderr
+
+
+def test_the_merge_rules_conda_env_pins_the_verl_extras_verl():
+    import tomllib
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["optional-dependencies"]["verl"]
+    env = yaml.safe_load((repo / "envs/verl.yaml").read_text())
+    [pip] = [dep["pip"] for dep in env["dependencies"] if isinstance(dep, dict)]
+    assert [line for line in pip if line.startswith("verl")] == [r for r in extra if r.startswith("verl")]

@@ -233,3 +233,23 @@ def test_a_verl_run_is_merged_by_the_merge_rule_where_verl_imports(world, tmp_pa
     with (world["work"] / "results/verl/analysis/table1.csv").open() as handle:
         [row] = list(csv.DictReader(handle))
     assert (row["model"], row["last_step"]) == ("myverl", "6")
+
+
+def test_a_grid_and_a_checkpoint_share_one_campaign(world):
+    """configs/smoke.yaml plus a checkpoint: the grid's jobs as without it, and the checkpoint's evaluation,
+    curve and MLflow run; Table 1 reads the cells and the checkpoint, the figures the cells only."""
+    overlay = {"checkpoints": {"mine": {"path": str(world["local"]), **SETTINGS}}}
+    (world["work"] / "mixed.yaml").write_text(yaml.safe_dump(overlay))
+    grid = run_snakemake("-n", "--configfile", "configs/smoke.yaml", cwd=world["work"], hf_home=world["hf_home"])
+    mixed = run_snakemake("-n", "-p", "--configfile", "configs/smoke.yaml", "mixed.yaml", cwd=world["work"],
+                          hf_home=world["hf_home"])
+    assert grid.returncode == mixed.returncode == 0, (mixed.stdout + mixed.stderr)[-3000:]
+    added = {rule: n - job_counts(grid.stdout).get(rule, 0) for rule, n in job_counts(mixed.stdout).items()}
+    assert {rule: n for rule, n in added.items() if n} == {
+        "external_checkpoint": 1, "generate": 1, "score": 1, "collect_curve": 1, "mlflow_log_eval": 1, "total": 5}
+    commands = {line.split(".py --campaign-dir", 1)[0].rsplit("/", 1)[1]: line for line in mixed.stdout.splitlines()
+                if line.startswith("Shell command: python ") and ".py --campaign-dir" in line}
+    assert {"table1", "figure1", "figure2", "figure3", "diagnosis", "comparison", "mechanism"} <= set(commands)
+    assert "--checkpoints results/smoke/mine/external/checkpoint.json" in commands["table1"]
+    assert "--cells results/smoke/tiny-s/" in commands["table1"]
+    assert all("mine/external" not in line for name, line in commands.items() if name != "table1")

@@ -264,3 +264,8 @@ def test_the_merge_rules_conda_env_pins_the_verl_extras_verl():
     env = yaml.safe_load((repo / "envs/verl.yaml").read_text())
     [pip] = [dep["pip"] for dep in env["dependencies"] if isinstance(dep, dict)]
     assert [line for line in pip if line.startswith("verl")] == [r for r in extra if r.startswith("verl")]
+
+
+def test_the_plan_says_it_does_not_cost_external_checkpoints(capsys):
+    assert main(["plan", "--configfile", str(Path(__file__).resolve().parents[1] / "configs/evaluate.yaml")]) == 0
+    assert "not costed: 2 external checkpoint(s)" in capsys.readouterr().out

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from balagg.analysis import table1
+from balagg.analysis.campaign import discover_cells
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
 
 
@@ -19,14 +20,21 @@ def main() -> int:
     parser = base_parser(table1.__doc__)
     parser.add_argument("--paper-values", type=Path, default=None,
                         help="CSV of published values to compare with (the paper campaign: analysis/paper_values.csv)")
+    parser.add_argument("--checkpoints", nargs="+", type=Path, default=[], metavar="CHECKPOINT_JSON",
+                        help="external checkpoints' checkpoint.json (their eval/curve.csv beside): a row each")
     args = parser.parse_args()
-    campaign = campaign_from_args(args)
+    if args.checkpoints and args.cells is None and not discover_cells(args.campaign_dir):  # checkpoints only
+        campaign, args.out = None, args.out or args.campaign_dir / "analysis"
+        args.out.mkdir(parents=True, exist_ok=True)
+    else:
+        campaign = campaign_from_args(args)
     paper = table1.load_paper_values(args.paper_values) if args.paper_values else None
-    table = table1.build_table(campaign, paper)
+    table = table1.build_table(campaign, paper, args.checkpoints)
     write_text(args.out / "table1.csv", table.to_csv(index=False))
     comparison = table1.compare_with_paper(table, paper) if paper is not None else None
-    write_text(args.out / "table1.md", table1.to_markdown(table, campaign.name, comparison))
-    write_text(args.out / "table1.tex", table1.to_latex(table, campaign.name))
+    name = args.campaign_dir.name
+    write_text(args.out / "table1.md", table1.to_markdown(table, name, comparison))
+    write_text(args.out / "table1.tex", table1.to_latex(table, name))
     if comparison is not None:
         write_text(args.out / "table1_vs_paper.csv", comparison.to_csv(index=False))
         absent = comparison[~comparison.in_campaign]

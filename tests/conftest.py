@@ -26,6 +26,7 @@ SLOW_MODULES = frozenset({
     "test_workflow.py",  # Snakemake dry runs and runs of the workflow
     "test_workflow_cluster.py",
     "test_workflow_context.py",
+    "test_workflow_checkpoints.py",  # an evaluation-only campaign run, bad checkpoints in dry runs
 })
 """Test modules whose every test is slow."""
 

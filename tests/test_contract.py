@@ -92,8 +92,11 @@ def test_one_answer_format_list_and_one_default_everywhere():
     from balagg.evaluation.generation.requests import GenerationConfig
     from balagg.train.config import CellConfig
 
-    schema = yaml.safe_load(SCHEMA.read_text())["properties"]
-    model_spec = schema["models"]["additionalProperties"]["properties"]["answer_format"]
+    root = yaml.safe_load(SCHEMA.read_text())
+    schema = root["properties"]
+    model_spec = root["$defs"]["model_settings"]["properties"]["answer_format"]  # models' and checkpoints'
+    assert {"$ref": "#/$defs/model_settings"} in schema["models"]["additionalProperties"]["allOf"]
+    assert {"$ref": "#/$defs/model_settings"} in schema["checkpoints"]["additionalProperties"]["allOf"]
     assert tuple(model_spec["enum"]) == contract.ANSWER_FORMATS
     assert tuple(schema["train"]["properties"]["answer_format"]["enum"]) == contract.ANSWER_FORMATS
     assert contract.DEFAULT_ANSWER_FORMAT in contract.ANSWER_FORMATS

@@ -69,7 +69,7 @@ def check_fits(model: str, context: int, prompt: int, completion: int, what: str
     raise ValueError(
         f"model {model}: {what} needs prompt {prompt} + completion {completion} = {prompt + completion} tokens, "
         f"more than its context of {context} tokens ({origin}); shorten the lengths or set "
-        f"models.<name>.max_position_embeddings (docs/cluster.md, Context length)")
+        f"max_position_embeddings of models.<name> or checkpoints.<name> (docs/cluster.md, Context length)")
 
 
 def find_model_config(source: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path | None:

@@ -12,6 +12,8 @@ Campaign layout (all paths relative to the working directory)::
       data/{family}/train/..., data/{family}/bench/...    a tiny-world family other than chains (data_file)
       tinyworld/raw/, tinyworld/{family}/raw/             the tiny world's raw files (tinyworld_raw_dir)
       {model}/initial/eval/step-000000/                   the untrained model, shared by its cells
+      {checkpoint}/external/                              an external checkpoint (balagg.checkpoints)
+        checkpoint.json  eval/step-{N:06d}/...  eval/curve.csv  eval/mlflow.json  [merged/step-{N:06d}/]
       {model}/{dataset}/{aggregator}/seed{seed}/          one cell (cell_relpath)
         cell.json  manifest.json  logs/  benchmarks/
         train/metrics.jsonl  train/checkpoints/step-{N:06d}/  train/state/checkpoint-{N}/
@@ -39,6 +41,13 @@ from pathlib import Path
 RESULTS_DIR = "results"
 INITIAL_RUN = "initial"
 """The evaluation run of a model's untrained weights: ``{model}/initial/``, step 0 of every cell's curve."""
+
+EXTERNAL_RUN = "external"
+"""The evaluation run of an external checkpoint (``checkpoints:`` of the config): ``{checkpoint}/external/``."""
+EXTERNAL_RECORD_FILE = "checkpoint.json"
+"""What an external checkpoint is (source, revision, the fetched commit, its steps): Table 1 and MLflow read it."""
+MERGED_DIR = "merged"
+"""``{checkpoint}/external/merged/step-N/``: a verl checkpoint merged into a Hugging Face folder."""
 
 CELL_PATTERN = "{model}/{dataset}/{aggregator}/seed{seed}"
 """A cell folder relative to the campaign folder (``str.format`` or Snakemake wildcards)."""

@@ -96,7 +96,8 @@ def fetch(repos: list[dict], hf_home: str | os.PathLike | None = None, offline: 
                                           cache_dir=cache, allow_patterns=repo.get("allow_patterns"),
                                           local_files_only=offline))
         except LocalEntryNotFoundError:
-            raise ValueError(f"fetch: {repo_type} {repo_id} is not in the hub cache {cache} and the hub is "
+            at = f" at revision {repo['revision']}" if repo.get("revision") else ""
+            raise ValueError(f"fetch: {repo_type} {repo_id}{at} is not in the hub cache {cache} and the hub is "
                              f"{'off (HF_HUB_OFFLINE=1)' if offline else 'unreachable'}") from None
         records.append({"repo_id": repo_id, "repo_type": repo_type, "revision": repo.get("revision") or "main",
                         "commit": path.name, "path": str(path.resolve()),

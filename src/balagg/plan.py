@@ -411,6 +411,9 @@ def format_plan(config: dict) -> str:
                f"plus {total.jobs['prepare_data']} data jobs, CPU scoring and the analysis")
     out.append(f"total disk: {_gigabytes(total.disk_bytes)} GB (every cell at its peak, plus each model's hub "
                "snapshot; the evaluation checkpoints alone stay after training)")
+    if config.get("checkpoints"):
+        out.append(f"not costed: {len(config['checkpoints'])} external checkpoint(s) (checkpoints:), one generate "
+                   "and one score job per step each, with their generate_resources (docs/checkpoints.md)")
     if any(line.train_runtime_hours and line.train_wall_hours > line.train_runtime_hours for line in lines):
         out.append("OVER: a train job outlasts its runtime limit (train_resources.runtime); it needs resumed jobs")
     if any(f.eval_job_hours > f.generate_runtime_hours for f in every_model):

@@ -272,7 +272,8 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
     if runs:
         return runs[0].info.run_id
     tags = cell_run_tags(manifest["cell"], manifest["model"], manifest["dataset"], manifest["aggregator"],
-                         manifest["seed"], manifest["config_hash"], manifest.get("git_commit"))
+                         manifest["seed"], manifest["config_hash"], manifest.get("git_commit"),
+                         **manifest.get("tags", {}))  # an external checkpoint's (balagg.checkpoints.record)
     with mlflow.start_run(run_name=manifest["cell"], tags=tags) as run:
         return run.info.run_id
 

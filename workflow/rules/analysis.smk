@@ -19,9 +19,12 @@ ANALYSIS_ARGS = f"--campaign-dir {RESULTS} --out {ANALYSIS_OUT}"
 
 
 rule table1:
-    """Table 1: peak and last-step Acc@8 / Best@8 per dataset x model x aggregator."""
+    """Table 1: peak and last-step Acc@8 / Best@8 per dataset x model x aggregator, and a row per external
+    checkpoint (its checkpoint.json and the eval/curve.csv beside it)."""
     input:
         curves=analysis_curves,
+        checkpoints=external_records,
+        checkpoint_curves=lambda wildcards: external_paths(CURVE),
         paper=[f"{workflow.basedir}/{ANALYSIS['paper_values']}"] if ANALYSIS.get("paper_values") else [],
     output:
         csv=report(f"{ANALYSIS_OUT}/table1.csv", caption=f"{ANALYSIS_REPORT}/table1.rst",
@@ -38,8 +41,10 @@ rule table1:
     params:
         script=f"{ANALYSIS_SCRIPTS}/table1.py",
         paper=lambda wildcards, input: f"--paper-values {input.paper}" if input.paper else "",
+        cells=lambda wildcards, input: f"--cells {input.curves}" if input.curves else "",
+        checkpoints=lambda wildcards, input: f"--checkpoints {input.checkpoints}" if input.checkpoints else "",
     shell:
-        f"python {{params.script}} {ANALYSIS_ARGS} --cells {{input.curves}} {{params.paper}} > {{log}} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} {{params.cells}} {{params.checkpoints}} {{params.paper}} > {{log}} 2>&1"
 
 
 rule figure1:

@@ -19,7 +19,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 # the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
 
-from balagg import contract
+from balagg import checkpoints as externals, contract
 from balagg.context import check_model_lengths
 from balagg.hub import is_hub_id
 from balagg.io import write_json
@@ -27,17 +27,23 @@ from balagg.train.config import CellConfig
 from balagg.train.launch import check_accelerate_config, conda_env_packages
 
 CAMPAIGN = config["campaign"]
+config.setdefault("checkpoints", {})  # the schema's default, also where a Snakefile includes this unvalidated
 RESULTS = contract.campaign_dir(CAMPAIGN)
 CELL = os.path.join(RESULTS, contract.CELL_PATTERN)
 # What an evaluation belongs to: a cell ("{dataset}/{aggregator}/seed{seed}") or the initial model.
 EVAL_RUN = os.path.join(RESULTS, "{model}", "{run}")
 EVAL_STEP = os.path.join(EVAL_RUN, contract.eval_step_relpath("{step}"))
 INITIAL = contract.INITIAL_RUN
+# An external checkpoint's evaluation (config `checkpoints:`): results/{campaign}/{name}/external/.
+EXTERNAL = contract.EXTERNAL_RUN
 CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"  # relative to a cell folder
-RUN_PATTERN = r"initial|[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
+CELL_RUN_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
+RUN_PATTERN = rf"{INITIAL}|{EXTERNAL}|{CELL_RUN_PATTERN}"
+CURVE_RUNS = rf"{EXTERNAL}|{CELL_RUN_PATTERN}"  # what has a curve: a cell, an external checkpoint
 EVAL_JOBS = config["eval"]["jobs"]
-# eval.jobs: cell -- the per-checkpoint rules evaluate only the initial model; cells have their own rules.
-PER_CHECKPOINT_RUNS = INITIAL if EVAL_JOBS == "cell" else RUN_PATTERN
+# eval.jobs: cell -- the per-checkpoint rules evaluate only the initial model and external checkpoints;
+# cells have their own rules.
+PER_CHECKPOINT_RUNS = f"{INITIAL}|{EXTERNAL}" if EVAL_JOBS == "cell" else RUN_PATTERN
 BENCHMARKS = list(config["benchmarks"])
 TINYWORLD = contract.TINYWORLD_SOURCE
 RESOURCE_DEFAULTS = {"gpus": 0, "cpus": 1, "mem_mb": 4000, "runtime": 60}
@@ -48,8 +54,12 @@ GPU_ENV = Path(workflow.basedir, "envs", "gpu.yaml")
 # ---- what every job runs: this checkout's code, and hub ids offline from the shared cache
 
 def hub_models():
-    """Hub ids of the config's models (the rest are built here or local folders)."""
-    return list(dict.fromkeys(spec["path"] for spec in config["models"].values() if is_hub_id(spec["path"])))
+    """Hub ids of the config's models (the rest are built here or local folders), and of its external
+    checkpoints pinned as `org/name@revision`."""
+    pinned = [externals.pinned(spec["path"], spec["revision"]) for spec in config["checkpoints"].values()
+              if spec.get("revision") and is_hub_id(spec["path"])]
+    return list(dict.fromkeys([*(spec["path"] for spec in config["models"].values() if is_hub_id(spec["path"])),
+                               *pinned]))
 
 
 def hub_datasets():
@@ -110,6 +120,66 @@ def train_env_check(accelerate_config):
         check_accelerate_config(accelerate_config, lambda p: importlib.util.find_spec(p) is not None, sys.executable)
 
 
+def model_spec(name):
+    """The settings of a grid model or of an external checkpoint (the schema's model_settings: prompts,
+    chat template, answer format, thinking, context, generation resources)."""
+    return config["models"][name] if name in config["models"] else config["checkpoints"][name]
+
+
+def evaluated_models():
+    """Every name whose evaluation the campaign runs: the grid's models and the external checkpoints."""
+    return [*config["models"], *config["checkpoints"]]
+
+
+def external_run(name):
+    return os.path.join(RESULTS, name, EXTERNAL)
+
+
+def merged_dir(name, step):
+    """Where a verl checkpoint's step is merged into a Hugging Face folder."""
+    return os.path.join(external_run(name), contract.MERGED_DIR, contract.step_dirname(step))
+
+
+def verl_in_jobs():
+    """Whether the merge_verl jobs can import verl: under --sdm conda they run in envs/verl.yaml, else in this
+    interpreter's environment."""
+    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+        return True
+    return importlib.util.find_spec("verl") is not None
+
+
+def resolve_externals():
+    """Every external checkpoint resolved to its steps and checked before any job runs: one line naming the
+    checkpoint and the problem (balagg.checkpoints), a name shared with a model, a verl checkpoint where verl
+    is not installed (with the merge command to run by hand), a context too short for prompt + eval budget."""
+    cache = Path(hf_home(), "hub")
+    offline = os.environ.get("BALAGG_FETCH_OFFLINE", "0") not in ("", "0")
+    prompt = config.get("train", {}).get("max_prompt_length", CellConfig.max_prompt_length)
+    found = {}
+    for name, spec in config["checkpoints"].items():
+        if name in config["models"] or name in contract.CAMPAIGN_DIRS:
+            raise WorkflowError(f"config: checkpoints.{name}: the name is taken by "
+                                + ("a model of the grid" if name in config["models"] else "a campaign folder"))
+        try:
+            external = externals.resolve(name, spec, cache, offline, lambda step: merged_dir(name, step))
+            if external.verl and not verl_in_jobs():
+                step, actor = next(iter(external.verl.items()))
+                raise ValueError(f"checkpoints.{name}: {actor} is a verl checkpoint and verl is not installed where "
+                                 "the jobs run; "
+                                 f"merge it with verl's own merger and set path to the merged folder: "
+                                 f"{externals.verl_merge_command(actor, merged_dir(name, step))}")
+            source = externals.context_source(external)
+            if source is None:  # a hub id: its snapshot at the revision, once fetched
+                source = externals.hub_snapshot(cache, external.source, external.revision)
+            if source is not None:
+                check_model_lengths(f"checkpoints.{name}", source, spec.get("max_position_embeddings"),
+                                    {"evaluation": (prompt, config["eval"]["max_tokens"])})
+        except ValueError as error:
+            raise WorkflowError(f"config: {error}") from None
+        found[name] = external
+    return found
+
+
 def grid():
     """Every cell of the grid as a dict of wildcard values."""
     return [
@@ -130,19 +200,29 @@ def train_settings(model):
 
 
 def cell_step_summaries(wildcards):
-    """Every checkpoint's summary.json of one cell; step 0's is the initial model's, shared by all cells."""
-    cell = CELL.format(**wildcards)
+    """Every checkpoint's summary.json of one cell; step 0's is the initial model's, shared by all cells.
+    An external checkpoint's run: the summary of each of its steps."""
+    run = EVAL_RUN.format(**wildcards)
+    if wildcards.run == EXTERNAL:
+        return [os.path.join(run, contract.eval_step_relpath(step, contract.SUMMARY_FILE))
+                for step in EXTERNALS[wildcards.model].steps]
     initial = EVAL_RUN.format(model=wildcards.model, run=INITIAL)
     return [
-        os.path.join(initial if step == 0 else cell, contract.eval_step_relpath(step, contract.SUMMARY_FILE))
+        os.path.join(initial if step == 0 else run, contract.eval_step_relpath(step, contract.SUMMARY_FILE))
         for step in checkpoint_steps(wildcards.model)
     ]
 
 
 def generate_weights_inputs(wildcards):
-    """The initial model's files (step 0) or the cell's manifest (its checkpoints)."""
+    """The initial model's files (step 0), the cell's manifest (its checkpoints), or for an external
+    checkpoint fetch.json (a hub id) or its merged folder (a verl checkpoint)."""
     if wildcards.run == INITIAL:
         return model_inputs(wildcards)
+    if wildcards.run == EXTERNAL:
+        external, step = EXTERNALS[wildcards.model], int(wildcards.step)
+        if external.kind == "hub":
+            return [ancient(FETCH)]
+        return [os.path.join(external.steps[step], "config.json")] if step in external.verl else []
     return [os.path.join(EVAL_RUN.format(**wildcards), contract.MANIFEST_FILE)]
 
 
@@ -151,6 +231,11 @@ def checkpoint_path(wildcards):
         if int(wildcards.step) != 0:
             raise ValueError(f"the initial model has only step 0, not {wildcards.step}")
         return model_source(wildcards.model)
+    if wildcards.run == EXTERNAL:
+        steps = EXTERNALS[wildcards.model].steps
+        if int(wildcards.step) not in steps:
+            raise ValueError(f"checkpoints.{wildcards.model} has no step {int(wildcards.step)}; it has {sorted(steps)}")
+        return steps[int(wildcards.step)]
     return cell_checkpoint(EVAL_RUN.format(**wildcards), wildcards.step)
 
 
@@ -191,7 +276,7 @@ def model_family(model):
     the default mix's); the default family for a model not built here."""
     from balagg.tinyworld.regimes import model_family as family_of
 
-    return family_of(config["models"][model])
+    return family_of(model_spec(model))
 
 
 def tinyworld_manifest(family):
@@ -214,7 +299,7 @@ def model_benchmarks(wildcards):
 def check_benchmark_folders():
     """Each model's benchmark files share one folder (generate and score take one --benchmarks-dir): a model
     of a family other than the default cannot mix tiny-world benchmarks with real ones (one line if not)."""
-    for model in config["models"]:
+    for model in evaluated_models():
         if len({os.path.dirname(data_path(model, "bench", name)) for name in BENCHMARKS}) > 1:
             raise WorkflowError(f"config: models.{model}: its {model_family(model)} benchmarks must all come from "
                                 "the tiny world (benchmarks: ... tinyworld), not from " + ", ".join(
@@ -244,11 +329,11 @@ def tinyworld_cards():
 
 def data_reports():
     """The prepare-data report of every training set and benchmark some model reads (bad rows skipped, and
-    why): a tiny-world source once per family in use."""
+    why): a tiny-world source once per family in use; an external checkpoint reads benchmarks only."""
     return list(dict.fromkeys(
         data_path(model, kind, name, contract.data_report_file)
-        for model in config["models"]
-        for kind, names in (("train", config["datasets"]), ("bench", BENCHMARKS))
+        for model in evaluated_models()
+        for kind, names in (("train", config["datasets"] if model in config["models"] else {}), ("bench", BENCHMARKS))
         for name in names
     ))
 
@@ -320,7 +405,7 @@ def tinyworld_regime_arg(wildcards):
 def prompt_args(wildcards):
     """How evaluation prompts are built for the model: chat template or plain, its templates, the answer
     format the template asks for, the chat template's enable_thinking and the context override."""
-    spec = config["models"][wildcards.model]
+    spec = model_spec(wildcards.model)
     args = ["--prompt-style", "chat" if spec.get("chat_template") else "plain"]
     for key in PROMPT_KEYS:
         if key in spec:
@@ -406,7 +491,7 @@ def model_resource(rule_key, key):
     """Resource `key` of `rule_key` (train_resources / generate_resources) for the job's model."""
 
     def lookup(wildcards):
-        return config["models"][wildcards.model].get(rule_key, {}).get(key, RESOURCE_DEFAULTS[key])
+        return model_spec(wildcards.model).get(rule_key, {}).get(key, RESOURCE_DEFAULTS[key])
 
     return lookup
 
@@ -416,13 +501,36 @@ def analysis_curves(wildcards):
     return cell_paths(CURVE)
 
 
+def external_record(name, settings, fetch_files):
+    """checkpoint.json of an external checkpoint (balagg.checkpoints.record), with the commit fetch.json
+    recorded for a hub id."""
+    import json
+
+    fetch = json.loads(Path(fetch_files[0]).read_text()) if fetch_files else None
+    return externals.record(EXTERNALS[name], settings, fetch, CAMPAIGN, tracking_uri())
+
+
+def external_paths(name):
+    """`name` (relative to an external checkpoint's run folder) for every external checkpoint."""
+    return [os.path.join(external_run(checkpoint), name) for checkpoint in EXTERNALS]
+
+
+def external_records(wildcards=None):
+    """Every external checkpoint's checkpoint.json; its eval/curve.csv lies beside (Table 1's rows)."""
+    return external_paths(contract.EXTERNAL_RECORD_FILE)
+
+
 def analysis_manifests(wildcards):
     """Every cell's manifest: its train/metrics.jsonl is complete once the manifest exists."""
     return cell_paths(contract.MANIFEST_FILE)
 
 
 def analysis_targets():
+    """Table 1 (the grid's cells and the external checkpoints), and, for a campaign with a grid, the figures,
+    the diagnosis and the comparison of its cells."""
     folder = os.path.join(RESULTS, contract.ANALYSIS_DIR)
+    if not grid():
+        return [f"{folder}/table1.{ext}" for ext in ("csv", "md", "tex")]
     return [
         *(f"{folder}/table1.{ext}" for ext in ("csv", "md", "tex")),
         *(f"{folder}/figure{n}.{ext}" for n in (1, 2, 3) for ext in ("png", "pdf")),
@@ -443,10 +551,16 @@ def campaign_targets():
     return [
         *cell_paths(CURVE),
         *cell_paths(f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"),
+        *external_paths(CURVE),
+        *external_paths(f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"),
         *analysis_targets(),
         f"{RESULTS}/{contract.ANALYSIS_DIR}/mlflow.json",
         *([f"{RESULTS}/data/card.json"] if tinyworld_cards() else []),
     ]
 
 
+if not config["aggregators"] and not config["checkpoints"]:
+    raise WorkflowError("config: nothing to run: give aggregators (a grid to train, with models and datasets) "
+                        "or checkpoints (to evaluate without training)")
 check_benchmark_folders()
+EXTERNALS = resolve_externals()

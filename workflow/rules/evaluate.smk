@@ -5,6 +5,8 @@
 # `eval.jobs: cell` (the embedded default) makes one generation and one scoring job per cell for all its
 # checkpoints instead (the same commands, given several checkpoint/output pairs): fewer processes where
 # start-up dominates; the paper grid keeps one job per checkpoint, which run in parallel on a cluster.
+# An external checkpoint (config `checkpoints:`, balagg.checkpoints) is evaluated by the same generate and
+# score rules, one job per step, under results/{campaign}/{name}/external/, and gets a curve like a cell.
 
 rule generate:
     """n samples per problem of every benchmark from one checkpoint."""
@@ -68,15 +70,17 @@ rule score:
 
 
 rule collect_curve:
-    """All checkpoints' summaries of one cell as one table."""
+    """All checkpoints' summaries of one cell (or of one external checkpoint) as one table."""
     input:
         cell_step_summaries,
     output:
-        f"{CELL}/{CURVE}",
+        f"{EVAL_RUN}/{CURVE}",
+    wildcard_constraints:
+        run=CURVE_RUNS,
     log:
-        f"{CELL}/logs/collect_curve.log",
+        f"{EVAL_RUN}/logs/collect_curve.log",
     benchmark:
-        f"{CELL}/benchmarks/collect_curve.tsv"
+        f"{EVAL_RUN}/benchmarks/collect_curve.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"
@@ -148,3 +152,43 @@ if EVAL_JOBS == "cell":
             shell:
                 "python -m balagg score {params.pairs} --benchmarks-dir {params.bench_dir}"
                 " --code-timeout {params.code_timeout} {params.strict_golds} --workers {threads} > {log} 2>&1"
+
+
+rule external_checkpoint:
+    """What an external checkpoint is: its source, the revision and the commit fetch resolved it to, its
+    steps and settings (checkpoint.json; Table 1 names it so, and its MLflow run is tagged so)."""
+    input:
+        fetch=lambda wildcards: [ancient(FETCH)] if EXTERNALS[wildcards.model].kind == "hub" else [],
+    output:
+        f"{RESULTS}/{{model}}/{EXTERNAL}/{contract.EXTERNAL_RECORD_FILE}",
+    wildcard_constraints:
+        model="|".join(re.escape(name) for name in EXTERNALS) or "(?!)",
+    params:
+        settings=lambda wildcards: config["checkpoints"][wildcards.model],
+    log:
+        f"{RESULTS}/{{model}}/{EXTERNAL}/logs/external_checkpoint.log",
+    localrule: True
+    run:
+        write_json(output[0], external_record(wildcards.model, params.settings, input.fetch))
+
+
+rule merge_verl:
+    """A verl checkpoint's FSDP shards merged into a Hugging Face folder by verl's own merger: under
+    --sdm conda in envs/verl.yaml, else where Snakemake's Python imports verl; otherwise the workflow refuses
+    the checkpoint at DAG build with this command (verl_in_jobs)."""
+    output:
+        f"{RESULTS}/{{model}}/{EXTERNAL}/{contract.MERGED_DIR}/{contract.STEP_DIR_PREFIX}{{step}}/config.json",
+    wildcard_constraints:
+        model="|".join(re.escape(name) for name, e in EXTERNALS.items() if e.verl) or "(?!)",
+    params:
+        command=lambda wildcards, output: externals.verl_merge_command(
+            EXTERNALS[wildcards.model].verl[int(wildcards.step)], os.path.dirname(output[0])),
+    log:
+        f"{RESULTS}/{{model}}/{EXTERNAL}/logs/merge_verl-{{step}}.log",
+    resources:
+        mem_mb=model_resource("generate_resources", "mem_mb"),
+        runtime=model_resource("generate_resources", "runtime"),
+    conda:
+        "../../envs/verl.yaml"
+    shell:
+        "{params.command} > {log} 2>&1"

@@ -24,20 +24,26 @@ rule mlflow_setup:
 
 rule mlflow_log_eval:
     """Evaluation metrics into the cell's run, at their training steps (eval/<benchmark>/acc_at_8, ...), and
-    its training set and benchmarks as the run's dataset inputs (hub ones at fetch.json's revisions)."""
+    its training set and benchmarks as the run's dataset inputs (hub ones at fetch.json's revisions). An
+    external checkpoint gets a run of its own, made from its checkpoint.json (which reads as a manifest)."""
     input:
-        manifest=f"{CELL}/{contract.MANIFEST_FILE}",
-        curve=f"{CELL}/{CURVE}",
+        manifest=lambda wildcards: os.path.join(EVAL_RUN.format(**wildcards), contract.EXTERNAL_RECORD_FILE
+                                                if wildcards.run == EXTERNAL else contract.MANIFEST_FILE),
+        curve=f"{EVAL_RUN}/{CURVE}",
         benchmarks=model_benchmarks,
         fetch=[ancient(FETCH)] if USES_HUB else [],
+        # a cell's store and experiment exist once it trained; an external checkpoint's run waits for them
+        tracking=lambda wildcards: [f"{RESULTS}/mlflow/experiment.json"] if wildcards.run == EXTERNAL else [],
     output:
-        f"{CELL}/{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}",
+        f"{EVAL_RUN}/{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}",
+    wildcard_constraints:
+        run=CURVE_RUNS,
     params:
         fetch=lambda wildcards, input: f"--fetch {input.fetch}" if input.fetch else "",
     log:
-        f"{CELL}/logs/mlflow_log_eval.log",
+        f"{EVAL_RUN}/logs/mlflow_log_eval.log",
     benchmark:
-        f"{CELL}/benchmarks/mlflow_log_eval.tsv"
+        f"{EVAL_RUN}/benchmarks/mlflow_log_eval.tsv"
     localrule: True
     conda:
         "../../envs/cpu.yaml"

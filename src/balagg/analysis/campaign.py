@@ -214,6 +214,12 @@ def _finite(value) -> float:
     return number
 
 
+def read_curve(path: Path) -> list[dict]:
+    """The rows of an ``eval/curve.csv`` (a cell's or an external checkpoint's): step, benchmark and the
+    metrics, a ValueError naming the file if it lacks the analysis' columns."""
+    return _read_curve(path)
+
+
 def _read_curve(path: Path) -> list[dict]:
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)

@@ -13,10 +13,16 @@ several seeds the cells read mean ± sample standard deviation. Cells that canno
 
 ``--paper-values`` (for the paper campaign) puts the published values beside ours with the difference
 (ours - paper); rows match by name ignoring case and punctuation.
+
+``--checkpoints`` (each external checkpoint's ``checkpoint.json``, its ``eval/curve.csv`` beside) adds a row
+per checkpoint evaluated without training (balagg.checkpoints): dataset ``(checkpoint)``, the checkpoint's
+name as model and its origin (``org/name@revision (commit ...)``, or its folder) as aggregator; peak and
+last over its evaluated steps as for a cell (a single checkpoint is its own peak and last step).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -81,12 +87,19 @@ def compare_with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame
                                        "diff", "in_campaign"])
 
 
-def build_table(campaign: Campaign, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
+                checkpoints: list[Path] = ()) -> pd.DataFrame:
     """Our rows (:func:`~balagg.analysis.summarise.peak_and_last` of the six-benchmark mean; each row's peak
     and last step are computed by :func:`~balagg.analysis.summarise.peak_and_last_of_group`), with ``paper_<metric>``,
     ``paper_<metric>_source`` and ``diff_<metric>`` (ours - paper) beside each metric when ``paper`` is
-    given (NaN where the paper has no value)."""
-    table = add_standard_errors(peak_and_last(campaign, (MEAN,)).drop(columns="benchmark"), campaign)
+    given (NaN where the paper has no value). ``checkpoints``: rows of external checkpoints after the grid's
+    (:func:`checkpoint_rows`); ``campaign`` None for a campaign of checkpoints only."""
+    parts = [add_standard_errors(peak_and_last(campaign, (MEAN,)), campaign)] if campaign is not None else []
+    if checkpoints:
+        parts.append(checkpoint_rows(list(checkpoints)))
+    if not parts:
+        raise ValueError("Table 1 needs cells or checkpoints")
+    table = (pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]).drop(columns="benchmark")
     if paper is None:
         return table
     published = paper.assign(key=_keys(paper))
@@ -99,10 +112,74 @@ def build_table(campaign: Campaign, paper: pd.DataFrame | None = None) -> pd.Dat
     return table
 
 
+CHECKPOINT_DATASET = "(checkpoint)"
+"""The dataset column of an external checkpoint's row (it was not trained on the campaign's datasets)."""
+
+
+def checkpoint_row(record_path: Path) -> dict:
+    """Table 1's row of one external checkpoint from its ``checkpoint.json`` and the curve beside it."""
+    from balagg import checkpoints, contract
+    from balagg.analysis.campaign import read_curve
+    from balagg.analysis.uncertainty import _read_scores, stratified_mean_se
+    from balagg.analysis.summarise import SUMMARY_COLUMNS
+
+    record_path = Path(record_path)
+    record = json.loads(record_path.read_text())
+    row: dict = {c: math.nan for c in SUMMARY_COLUMNS}
+    row.update({"dataset": CHECKPOINT_DATASET, "model": record["name"], "aggregator": checkpoints.label(record),
+                "benchmark": MEAN, "n_seeds": 1, "n_seeds_grid": 1, "note": "",
+                "source": record["source"], "revision": record.get("revision"), "commit": record.get("commit")})
+    curve = pd.DataFrame(read_curve(record_path.parent / contract.EVAL_DIR / contract.CURVE_FILE))
+    mean = curve[curve.benchmark == MEAN].set_index("step").sort_index() if len(curve) else curve
+    expected = sorted(int(step) for step in record.get("steps", {}))
+    if mean.empty:
+        row.update(n_seeds=0, note="no evaluation")
+        return row
+    missing = sorted(set(expected) - set(mean.index))
+    if missing:
+        row["note"] = f"steps {missing} not evaluated"
+    trained = [step for step in mean.index if step > 0] or list(mean.index)
+
+    def se(step: int, metric: str) -> float:
+        scores = record_path.parent / contract.eval_step_relpath(step, contract.SCORES_FILE)
+        if not scores.is_file():
+            return math.nan
+        frame = pd.DataFrame(_read_scores(scores))
+        return stratified_mean_se(frame[metric], frame["benchmark"])[1] if metric in frame else math.nan
+
+    for metric in METRICS:
+        values = mean.loc[trained, metric]
+        if values.isna().all():
+            continue
+        peak = int(values.idxmax())
+        row[peak_column(metric)], row[peak_column(metric) + "_step"] = float(values.loc[peak]), peak
+        row[peak_column(metric) + "_se"] = se(peak, metric)
+        if 0 in mean.index:
+            row[f"step0_{metric}"] = float(mean.loc[0, metric])
+    last = max(expected) if expected else int(mean.index.max())
+    row["last_step"] = last
+    if last in mean.index:
+        for metric in METRICS:
+            row[last_column(metric)] = float(mean.loc[last, metric])
+            row[last_column(metric) + "_se"] = se(last, metric)
+    return row
+
+
+def checkpoint_rows(records: list[Path]) -> pd.DataFrame:
+    """One row per external checkpoint (:func:`checkpoint_row`), in the order given."""
+    frame = pd.DataFrame([checkpoint_row(path) for path in records])
+    for column in (*(peak_column(m) + "_step" for m in METRICS), "last_step"):
+        if column in frame:
+            frame[column] = frame[column].astype("Int64")
+    return frame
+
+
 def best_mask(table: pd.DataFrame) -> pd.DataFrame:
     """True where a value is the best (highest, at display precision) of its column in its (dataset, model)."""
     rounded = table[list(VALUE_COLUMNS)].round(DIGITS)
-    best = rounded.groupby([table.dataset, table.model]).transform("max")
+    # external checkpoints compare among themselves (their rows share the dataset column)
+    setting = table.model.where(table.dataset != CHECKPOINT_DATASET, "")
+    best = rounded.groupby([table.dataset, setting]).transform("max")
     return (rounded == best) & rounded.notna()
 
 
@@ -130,11 +207,18 @@ def _notes(table: pd.DataFrame) -> dict[int, int]:
 
 def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFrame | None = None) -> str:
     bold, notes = best_mask(table), _notes(table)
+    external = bool((table.dataset == CHECKPOINT_DATASET).any())
     lines = [f"# Table 1: {campaign_name}", "",
              "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
              "last: final step. Mean ± sample std over seeds where there are several; (SE): standard error over "
+<<<<<<< HEAD
              "problems at that step (balagg.analysis.uncertainty; the peak's is not corrected for choosing the maximum). "
              f"Bold: best per (dataset, model). {GAP}: no honest value (see notes).", "",
+=======
+             "problems at that step (balagg.analysis.uncertainty; the peak's is not corrected for choosing the maximum). "
+             f"Bold: best per (dataset, model){'; external checkpoints compare among themselves' if external else ''}. "
+             f"{GAP}: no honest value (see notes).", "",
+>>>>>>> evalonly
              "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
              "|---|---|---|" + "---:|" * len(VALUE_COLUMNS) + "---:|"]
     previous = None

@@ -8,7 +8,8 @@ Run once on a host with network access (the workflow's local ``fetch`` rule does
 compute jobs then read the same ids from ``{hf-home}/hub`` with ``HF_HUB_OFFLINE=1``. A dataset is
 ``NAME=HUB_ID`` with NAME from balagg.data's registry, which says which file or subset to download.
 With ``HF_HUB_OFFLINE=1`` nothing is downloaded: every snapshot must already be in the cache.
-``fetch.json`` records each repository's commit hash and snapshot folder (the campaign's revisions).
+``fetch.json`` records each repository's commit hash and snapshot folder (the campaign's revisions); a
+model given as ``ORG/NAME@REVISION`` is fetched at that commit, branch or tag, recorded with both.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("fetch", help="snapshot models and datasets into a shared hub cache",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hf-home", default=None, help="HF_HOME of the shared cache (default: huggingface_hub's)")
-    parser.add_argument("--model", action="append", default=[], help="model hub id (repeatable)")
+    parser.add_argument("--model", action="append", default=[],
+                        help="model hub id, or ORG/NAME@REVISION at a commit, branch or tag (repeatable)")
     parser.add_argument("--dataset", action="append", default=[], help="NAME=HUB_ID (repeatable)")
     parser.add_argument("--out", type=Path, required=True, help="fetch.json (the revisions), written last")
     parser.set_defaults(func=run)
@@ -41,13 +43,21 @@ def dataset_repo(spec: str) -> dict:
             "allow_patterns": allow_patterns("dataset", subset=source.subset, data_file=data_file)}
 
 
+def model_repo(spec: str) -> dict:
+    """``ORG/NAME`` or ``ORG/NAME@REVISION`` -> the model repository to fetch (at that revision)."""
+    from balagg.checkpoints import split_pinned
+
+    repo_id, revision = split_pinned(spec)
+    return {"repo_id": repo_id, "repo_type": "model", **({"revision": revision} if revision else {})}
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
     from balagg.hub import fetch, hub_cache
     from balagg.io import write_json
 
-    repos = [{"repo_id": m, "repo_type": "model"} for m in dict.fromkeys(args.model)]
+    repos = [model_repo(m) for m in dict.fromkeys(args.model)]
     repos += [dataset_repo(spec) for spec in dict.fromkeys(args.dataset)]
     if not repos:
         raise ValueError("fetch: nothing to fetch (give --model and/or --dataset)")

@@ -57,8 +57,11 @@ def repo_folder(hf_home: str | os.PathLike, repo_id: str, repo_type: str) -> Pat
     return Path(hf_home) / "hub" / repo_folder_name(repo_id=repo_id, repo_type=repo_type)
 
 
-def put_snapshot(hf_home: str | os.PathLike, repo_id: str, repo_type: str, folder: str | os.PathLike) -> str:
-    """Store every file under ``folder`` as the ``main`` revision of ``repo_id``; return the commit."""
+def put_snapshot(hf_home: str | os.PathLike, repo_id: str, repo_type: str, folder: str | os.PathLike,
+                 ref: str = "main") -> str:
+    """Store every file under ``folder`` as the ``ref`` revision (a branch or tag) of ``repo_id``; return the
+    commit. Other refs and snapshots of the repository stay, so a second call with another ref and other
+    content leaves two revisions."""
     folder = Path(folder)
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     if not files:
@@ -84,7 +87,7 @@ def put_snapshot(hf_home: str | os.PathLike, repo_id: str, repo_type: str, folde
             link.unlink()
         link.symlink_to(os.path.relpath(blob, link.parent))
     (root / "refs").mkdir(parents=True, exist_ok=True)
-    (root / "refs" / "main").write_text(commit)
+    (root / "refs" / ref).write_text(commit)
     return commit
 
 

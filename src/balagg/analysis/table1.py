@@ -120,7 +120,7 @@ def checkpoint_row(record_path: Path) -> dict:
     """Table 1's row of one external checkpoint from its ``checkpoint.json`` and the curve beside it."""
     from balagg import checkpoints, contract
     from balagg.analysis.campaign import read_curve
-    from balagg.analysis.uncertainty import _read_scores, stratified_mean_se
+    from balagg.analysis.uncertainty import read_scores, stratified_mean_se
     from balagg.analysis.summarise import SUMMARY_COLUMNS
 
     record_path = Path(record_path)
@@ -144,7 +144,7 @@ def checkpoint_row(record_path: Path) -> dict:
         scores = record_path.parent / contract.eval_step_relpath(step, contract.SCORES_FILE)
         if not scores.is_file():
             return math.nan
-        frame = pd.DataFrame(_read_scores(scores))
+        frame = pd.DataFrame(read_scores(scores))
         return stratified_mean_se(frame[metric], frame["benchmark"])[1] if metric in frame else math.nan
 
     for metric in METRICS:

@@ -35,7 +35,7 @@ __all__ = ["SCORE_COLUMNS", "load_problem_scores", "stratified_mean_se", "add_st
 SCORE_COLUMNS = ("model", "dataset", "aggregator", "seed", "step", "benchmark", "problem_id", ACC, BEST)
 
 
-def _read_scores(path: Path) -> list[dict]:
+def read_scores(path: Path) -> list[dict]:
     rows = []
     for number, record in read_jsonl_lines(path):
         try:
@@ -67,7 +67,7 @@ def load_problem_scores(campaign: Campaign) -> pd.DataFrame:
         if not path.is_file():
             continue
         if path not in cache:
-            cache[path] = _read_scores(path)
+            cache[path] = read_scores(path)
         coords = {"model": model, "dataset": dataset, "aggregator": aggregator, "seed": int(seed), "step": int(step)}
         rows.extend({**coords, **row} for row in cache[path])
     return pd.DataFrame(rows, columns=list(SCORE_COLUMNS))

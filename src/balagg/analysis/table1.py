@@ -211,14 +211,9 @@ def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFram
     lines = [f"# Table 1: {campaign_name}", "",
              "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
              "last: final step. Mean ± sample std over seeds where there are several; (SE): standard error over "
-<<<<<<< HEAD
-             "problems at that step (balagg.analysis.uncertainty; the peak's is not corrected for choosing the maximum). "
-             f"Bold: best per (dataset, model). {GAP}: no honest value (see notes).", "",
-=======
              "problems at that step (balagg.analysis.uncertainty; the peak's is not corrected for choosing the maximum). "
              f"Bold: best per (dataset, model){'; external checkpoints compare among themselves' if external else ''}. "
              f"{GAP}: no honest value (see notes).", "",
->>>>>>> evalonly
              "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
              "|---|---|---|" + "---:|" * len(VALUE_COLUMNS) + "---:|"]
     previous = None

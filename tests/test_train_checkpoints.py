@@ -143,18 +143,10 @@ def test_training_saves_no_step_0_copy_and_bf16_eval_checkpoints(tmp_path):
     master weights in bf16; step 0, the initial model, gets no copy."""
     from safetensors.torch import load_file
 
-    from balagg.tinyworld.model import build_model, build_tokenizer
+    from tiny_cell import addition_rows, write_cell_inputs
 
-    tokenizer = build_tokenizer()
-    build_model("tiny-s", tokenizer, seed=0).save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    rows = [{"id": f"add-{a}-{b}", "problem": f"{a}+{b}", "answer": str(a + b), "source": "test"}
-            for a in range(3) for b in range(3)]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cell = {"model": str(tmp_path / "model"), "train_files": [str(tmp_path / "train.jsonl")],
-            "aggregator": "balanced-agg", "seed": 3, "prompt_template": "{problem}=", "answer_format": "boxed",
-            "learning_rate": 1e-3, "warmup_steps": 0, "num_generations": 4, "prompts_per_step": 2,
-            "mini_batches": 1, "micro_batch_size": 4, "max_prompt_length": 64, "max_completion_length": 16,
+    cell = {**write_cell_inputs(tmp_path, addition_rows()), "seed": 3, "learning_rate": 1e-3, "warmup_steps": 0,
+            "num_generations": 4, "prompts_per_step": 2, "mini_batches": 1, "micro_batch_size": 4, "max_prompt_length": 64, "max_completion_length": 16,
             "overlong_buffer_len": 4, "total_steps": 2, "save_every": 2, "eval_every": 2, "bf16": True,
             "verifier_workers": 1}
     (tmp_path / "cell.json").write_text(json.dumps(cell))

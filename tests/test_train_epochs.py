@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
-import time
 
 import pytest
 
@@ -19,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from balagg.train.files import read_metrics  # noqa: E402
-from test_train_run import comparable, train_command  # noqa: E402
+from test_train_run import comparable, kill_9_after_steps, train_command  # noqa: E402
 
 PROMPTS = 6
 PROMPTS_PER_STEP = 2
@@ -107,21 +105,14 @@ def sampler_order(template, epoch):
 @pytest.fixture(scope="module")
 def epochs_cell(tmp_path_factory):
     """A cell whose 6 prompts make 3 steps per epoch: 9 steps are 3 epochs."""
-    from balagg.tinyworld.model import build_model, build_tokenizer
+    from tiny_cell import addition_rows, write_cell_inputs
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("epochs")
-    tokenizer = build_tokenizer()
-    build_model("tiny-s", tokenizer, seed=0).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    rows = [{"id": f"add-{a}-{b}", "problem": f"{a}+{b}", "answer": str(a + b), "source": "test"}
-            for a in range(3) for b in range(2)]
+    rows = addition_rows(3, 2)
     assert len(rows) == PROMPTS
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cell = {
-        "model": str(root / "model"), "train_files": [str(root / "train.jsonl")], "aggregator": "balanced-agg",
-        "seed": 7, "prompt_template": "{problem}=", "answer_format": "boxed", "learning_rate": 1e-3,
-        "warmup_steps": 0, "num_generations": 4, "prompts_per_step": PROMPTS_PER_STEP, "mini_batches": 1,
+        **write_cell_inputs(root, rows), "seed": 7, "learning_rate": 1e-3, "warmup_steps": 0, "num_generations": 4, "prompts_per_step": PROMPTS_PER_STEP, "mini_batches": 1,
         "micro_batch_size": 4, "num_iterations": 1, "max_prompt_length": 64, "max_completion_length": 12,
         "overlong_buffer_len": 4, "total_steps": TOTAL_STEPS, "save_every": 1, "keep_checkpoints": 2,
         "verifier_workers": 1,
@@ -145,18 +136,8 @@ def test_kill_9_in_a_later_epoch_then_resume_matches_uninterrupted_run(epochs_re
     reference = read_metrics(epochs_reference / "metrics.jsonl")
     assert [row["step"] for row in reference] == list(range(1, TOTAL_STEPS + 1))
     workdir, manifest = tmp_path / "train", tmp_path / "manifest.json"
-    process = subprocess.Popen(train_command(epochs_cell, workdir, manifest), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 400
-    try:  # killed inside epoch 1 (steps 4-6), after at least the checkpoint that ends epoch 0
-        while len(read_metrics(workdir / "metrics.jsonl")) < STEPS_PER_EPOCH + 2:
-            assert process.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "the run made no progress"
-            time.sleep(0.01)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    assert process.returncode == -signal.SIGKILL and not manifest.exists()
+    # killed inside epoch 1 (steps 4-6), after at least the checkpoint that ends epoch 0
+    kill_9_after_steps(epochs_cell, workdir, manifest, steps=STEPS_PER_EPOCH + 2, timeout=400)
 
     result = subprocess.run(train_command(epochs_cell, workdir, manifest), capture_output=True, text=True,
                             timeout=600)

@@ -69,19 +69,12 @@ def two_process_cell(tmp_path_factory):
     import json
 
     pytest.importorskip("trl")
-    from balagg.tinyworld.model import build_model, build_tokenizer
+    from tiny_cell import addition_rows, write_cell_inputs
 
     root = tmp_path_factory.mktemp("two-process-cell")
-    tokenizer = build_tokenizer()
-    build_model("tiny-s", tokenizer, seed=0).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    rows = [{"id": f"add-{a}-{b}", "problem": f"{a}+{b}", "answer": str(a + b), "source": "test"}
-            for a in range(3) for b in range(3)]
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cell = {
-        "model": str(root / "model"), "train_files": [str(root / "train.jsonl")], "aggregator": "balanced-agg",
-        "seed": 3, "prompt_template": "{problem}=", "answer_format": "boxed", "learning_rate": 1e-3,
-        "warmup_steps": 1, "num_generations": 2, "prompts_per_step": 4, "mini_batches": 2, "micro_batch_size": 2,
+        **write_cell_inputs(root, addition_rows()), "seed": 3, "learning_rate": 1e-3, "warmup_steps": 1,
+        "num_generations": 2, "prompts_per_step": 4, "mini_batches": 2, "micro_batch_size": 2,
         "max_prompt_length": 64, "max_completion_length": 8, "overlong_buffer_len": 4, "total_steps": 40,
         "save_every": 2, "keep_checkpoints": 2, "verifier_workers": 1, "num_processes": 2,
         "accelerate_config": FSDP2,

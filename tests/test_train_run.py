@@ -34,20 +34,13 @@ REQUIRED_KEYS = ("step", "reward_mean", "accuracy", "pg_loss", "entropy", "clip_
 def cell_file(tmp_path_factory):
     import torch
 
-    from balagg.tinyworld.model import build_model, build_tokenizer
+    from tiny_cell import addition_rows, write_cell_inputs
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("cell")
-    tokenizer = build_tokenizer()
-    build_model("tiny-s", tokenizer, seed=0).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    rows = [{"id": f"add-{a}-{b}", "problem": f"{a}+{b}", "answer": str(a + b), "source": "test"}
-            for a in range(3) for b in range(3)]
-    rows.append({"id": "too-long", "problem": "9" * 200, "answer": "9", "source": "test"})  # skipped
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    too_long = {"id": "too-long", "problem": "9" * 200, "answer": "9", "source": "test"}  # skipped
     cell = {
-        "model": str(root / "model"), "train_files": [str(root / "train.jsonl")], "aggregator": "balanced-agg",
-        "seed": 7, "prompt_template": "{problem}=", "answer_format": "boxed", "learning_rate": 1e-3,
+        **write_cell_inputs(root, [*addition_rows(), too_long]), "seed": 7, "learning_rate": 1e-3,
         "warmup_steps": 2, "num_generations": 4, "prompts_per_step": 2, "mini_batches": 1, "micro_batch_size": 4,
         "num_iterations": 2, "max_prompt_length": 64, "max_completion_length": 16, "overlong_buffer_len": 4,
         "total_steps": TOTAL_STEPS, "save_every": 2, "keep_checkpoints": 2, "eval_steps": [3], "eval_every": 4,
@@ -60,6 +53,23 @@ def cell_file(tmp_path_factory):
 
 def train_command(cell: Path, workdir: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "balagg", "train", "--cell", str(cell), "--workdir", str(workdir), "--out", str(out)]
+
+
+def kill_9_after_steps(cell: Path, workdir: Path, manifest: Path, steps: int, timeout: float) -> None:
+    """Train ``cell`` and kill -9 it once its metrics.jsonl has ``steps`` lines; the run must not have
+    ended first (nor written its manifest) and must log a step within ``timeout`` s."""
+    process = subprocess.Popen(train_command(cell, workdir, manifest), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    try:
+        while len(read_metrics(workdir / "metrics.jsonl")) < steps:
+            assert process.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "the run made no progress"
+            time.sleep(0.01)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL and not manifest.exists()
 
 
 def comparable(rows):
@@ -129,19 +139,7 @@ def test_same_seed_gives_identical_metrics(reference_run, cell_file, tmp_path):
 @pytest.mark.slow
 def test_kill_9_then_resume_matches_uninterrupted_run(reference_run, cell_file, tmp_path):
     workdir, manifest = tmp_path / "train", tmp_path / "manifest.json"
-    process = subprocess.Popen(train_command(cell_file, workdir, manifest), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    try:
-        while len(read_metrics(workdir / "metrics.jsonl")) < 3:  # past checkpoint-2, inside the next cycle
-            assert process.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "the run made no progress"
-            time.sleep(0.01)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    assert process.returncode == -signal.SIGKILL
-    assert not manifest.exists()
+    kill_9_after_steps(cell_file, workdir, manifest, steps=3, timeout=240)  # past checkpoint-2, inside the next cycle
     assert len(read_metrics(workdir / "metrics.jsonl")) < TOTAL_STEPS
 
     result = subprocess.run(train_command(cell_file, workdir, manifest), capture_output=True, text=True,

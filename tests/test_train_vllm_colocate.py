@@ -56,26 +56,21 @@ def cell(tmp_path_factory):
     vLLM on 2 processes; the probe's token ids."""
     import torch
 
-    from balagg.tinyworld.model import build_model, build_tokenizer
+    from balagg.tinyworld.model import build_tokenizer
+    from tiny_cell import addition_rows, write_cell_inputs
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("colocate")
-    tokenizer = build_tokenizer()
-    build_model("tiny-s", tokenizer, seed=0).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    rows = [{"id": f"add-{a}-{b}", "problem": f"{a}+{b}", "answer": str(a + b), "source": "test"}
-            for a in range(3) for b in range(3)]
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = {
-        "model": str(root / "model"), "train_files": [str(root / "train.jsonl")], "aggregator": "balanced-agg",
-        "seed": 7, "prompt_template": "{problem}=", "answer_format": "boxed", "learning_rate": 1e-2,
-        "warmup_steps": 0, "num_generations": 4, "prompts_per_step": 2, "mini_batches": 2, "micro_batch_size": 2,
+        **write_cell_inputs(root, addition_rows()), "seed": 7, "learning_rate": 1e-2, "warmup_steps": 0,
+        "num_generations": 4, "prompts_per_step": 2, "mini_batches": 2, "micro_batch_size": 2,
         "max_prompt_length": 64, "max_completion_length": 16, "overlong_buffer_len": 16,
         "total_steps": TOTAL_STEPS, "save_every": KILLED_AFTER, "keep_checkpoints": 2, "eval_steps": [TOTAL_STEPS],
         "verifier_workers": 1, "num_processes": PROCESSES, "accelerate_config": str(FSDP2), "use_vllm": True,
         "vllm_mode": "colocate", "max_position_embeddings": 2048,
     }
     (root / "cell.json").write_text(json.dumps(config))
+    tokenizer = build_tokenizer()
     tokens = tokenizer(PROBE_TEXT[0])["input_ids"] + tokenizer(PROBE_TEXT[1])["input_ids"] + [tokenizer.eos_token_id]
     (root / "site").mkdir()
     (root / "site" / "sitecustomize.py").write_text(sitecustomize_source())

@@ -14,9 +14,9 @@ import pytest
 from conftest import SLOW_MODULES, SLOW_TESTS
 
 TESTS = Path(__file__).resolve().parent
-SNAKEMAKE_CALLS = {"snakemake", "dry_run", "copy_workflow"}
-"""What a test calls to run Snakemake (tests/test_workflow.py's helper, its dry-run variants, the scratch
-copy of the workflow a run needs)."""
+SNAKEMAKE_CALLS = {"snakemake", "run_snakemake", "dry_run", "copy_workflow"}
+"""What a test calls to run Snakemake (tests/test_workflow.py's helper and the like, its dry-run variants,
+the scratch copy of the workflow a run needs)."""
 
 
 def module_functions(path: Path) -> dict[str, ast.FunctionDef]:
@@ -24,7 +24,12 @@ def module_functions(path: Path) -> dict[str, ast.FunctionDef]:
 
 
 def runs_snakemake(function: ast.FunctionDef, functions: dict[str, ast.FunctionDef], seen: frozenset = frozenset()) -> bool:
-    """Whether ``function`` calls a Snakemake helper, directly or through its module's functions."""
+    """Whether ``function`` calls a Snakemake helper, directly or through its module's functions, or
+    takes a fixture of its module that does."""
+    for argument in function.args.args:
+        name = argument.arg
+        if name in functions and name not in seen and runs_snakemake(functions[name], functions, seen | {name}):
+            return True
     for node in ast.walk(function):
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)

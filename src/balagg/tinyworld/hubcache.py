@@ -59,9 +59,10 @@ def repo_folder(hf_home: str | os.PathLike, repo_id: str, repo_type: str) -> Pat
 
 def put_snapshot(hf_home: str | os.PathLike, repo_id: str, repo_type: str, folder: str | os.PathLike,
                  ref: str = "main") -> str:
-    """Store every file under ``folder`` as the ``ref`` revision (a branch or tag) of ``repo_id``; return the
-    commit. Other refs and snapshots of the repository stay, so a second call with another ref and other
-    content leaves two revisions."""
+    """Store every file under ``folder`` as the ``ref`` revision of ``repo_id``; return the commit. ``ref`` is
+    a branch or tag, or a commit hash (40 hex digits), which then names the snapshot itself: a config
+    pinned to a real commit of the hub finds its stand-in there. Other refs and snapshots of the repository
+    stay, so a second call with another ref and other content leaves two revisions."""
     folder = Path(folder)
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     if not files:
@@ -73,7 +74,7 @@ def put_snapshot(hf_home: str | os.PathLike, repo_id: str, repo_type: str, folde
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
         digest.update(f"{rel}\0{sha}\n".encode())
         blobs[rel] = (path, sha)
-    commit = digest.hexdigest()
+    commit = ref if is_commit(ref) else digest.hexdigest()
     root = repo_folder(hf_home, repo_id, repo_type)
     snapshot = root / "snapshots" / commit
     for rel, (path, sha) in blobs.items():
@@ -86,9 +87,15 @@ def put_snapshot(hf_home: str | os.PathLike, repo_id: str, repo_type: str, folde
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(os.path.relpath(blob, link.parent))
-    (root / "refs").mkdir(parents=True, exist_ok=True)
-    (root / "refs" / ref).write_text(commit)
+    if not is_commit(ref):
+        (root / "refs").mkdir(parents=True, exist_ok=True)
+        (root / "refs" / ref).write_text(commit)
     return commit
+
+
+def is_commit(revision: str) -> bool:
+    """Whether ``revision`` is a full commit hash (40 hex digits), not a branch or tag."""
+    return len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
 
 
 def build_tokenizer(chat_template: str):
@@ -127,20 +134,22 @@ def build_model(repo_id: str, seed: int = 0, max_positions: int = 4096):
     return model, tokenizer
 
 
-def fill_hub_cache(hf_home: str | os.PathLike, models: list[str], datasets: dict[str, str], seed: int = 0,
-                   train_problems: int = 64, bench_problems: int = 4) -> dict[str, str]:
-    """Write tiny stand-ins for ``models`` (hub ids) and ``datasets`` ({registry name: hub id}) into the
-    hub cache of ``hf_home``; return {repo id: commit}."""
+def fill_hub_cache(hf_home: str | os.PathLike, models: list[str] | dict[str, str], datasets: dict[str, str],
+                   seed: int = 0, train_problems: int = 64, bench_problems: int = 4) -> dict[str, str]:
+    """Write tiny stand-ins for ``models`` (hub ids, or {hub id: revision}, each stored as that revision;
+    main by default) and ``datasets`` ({registry name: hub id}) into the hub cache of ``hf_home``; return
+    {repo id: commit}."""
     from balagg.tinyworld.raw import write_raw
 
     commits = {}
     with tempfile.TemporaryDirectory(prefix="balagg-hubcache-") as tmp:
-        for index, repo_id in enumerate(dict.fromkeys(models)):
+        revisions = models if isinstance(models, dict) else dict.fromkeys(models, "main")
+        for index, (repo_id, revision) in enumerate(revisions.items()):
             model, tokenizer = build_model(repo_id, seed=seed + index)
             out = Path(tmp, "models", repo_id)
             model.save_pretrained(out)
             tokenizer.save_pretrained(out)
-            commits[repo_id] = put_snapshot(hf_home, repo_id, "model", out)
+            commits[repo_id] = put_snapshot(hf_home, repo_id, "model", out, ref=revision)
         if datasets:
             raw = Path(tmp, "raw")
             write_raw(raw, seed, train_problems=train_problems, bench_problems=bench_problems,
@@ -150,11 +159,15 @@ def fill_hub_cache(hf_home: str | os.PathLike, models: list[str], datasets: dict
     return commits
 
 
-def campaign_repos(config: dict) -> tuple[list[str], dict[str, str]]:
-    """A campaign config's hub models and {registry name: hub id} of its datasets and benchmarks."""
+def campaign_repos(config: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """A campaign config's hub models, {hub id: revision} (its grid's models at main, its external
+    checkpoints at their pinned revisions), and {registry name: hub id} of its datasets and benchmarks."""
     from balagg.hub import is_hub_id
 
-    models = [spec["path"] for spec in config["models"].values() if is_hub_id(spec["path"])]
-    datasets = {spec["loader"]: spec["source"] for spec in config["datasets"].values() if is_hub_id(spec["source"])}
+    models = {spec["path"]: "main" for spec in config.get("models", {}).values() if is_hub_id(spec["path"])}
+    models |= {spec["path"]: spec["revision"] for spec in (config.get("checkpoints") or {}).values()
+               if is_hub_id(spec["path"]) and spec.get("revision")}
+    datasets = {spec["loader"]: spec["source"] for spec in config.get("datasets", {}).values()
+                if is_hub_id(spec["source"])}
     datasets |= {name: source for name, source in config["benchmarks"].items() if is_hub_id(source)}
     return models, datasets

@@ -161,7 +161,8 @@ def fill_hub_cache(hf_home: str | os.PathLike, models: list[str] | dict[str, str
 
 def campaign_repos(config: dict) -> tuple[dict[str, str], dict[str, str]]:
     """A campaign config's hub models, {hub id: revision} (its grid's models at main, its external
-    checkpoints at their pinned revisions), and {registry name: hub id} of its datasets and benchmarks."""
+    checkpoints at their pinned revisions; a hub id that is both keeps only the checkpoint's revision), and
+    {registry name: hub id} of its datasets and benchmarks."""
     from balagg.hub import is_hub_id
 
     models = {spec["path"]: "main" for spec in config.get("models", {}).values() if is_hub_id(spec["path"])}

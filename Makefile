@@ -54,7 +54,7 @@ demo: $(STAMP)
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist), one test module per worker at a time
 # (--dist loadfile), so a module's fixtures (a pipeline run, a trained cell) are built once. Most tests
-# keep one core busy, so two workers use a 2-core machine's both cores.
+# keep one core busy, so two workers use both cores of a 2-core machine.
 TEST_WORKERS ?= 2
 PYTEST = PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 

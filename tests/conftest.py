@@ -24,8 +24,7 @@ SLOW_MODULES = frozenset({
     "test_train_minibatches.py",
     "test_train_padding.py",
     "test_workflow.py",  # Snakemake dry runs and runs of the workflow
-    "test_workflow_checkpoints.py",  # evaluation-only campaigns through Snakemake
-    "test_workflow_evaluate_example.py",
+    "test_workflow_evaluate_example.py",  # configs/evaluate.yaml run through Snakemake
     "test_workflow_cluster.py",
     "test_workflow_context.py",
     "test_workflow_checkpoints.py",  # an evaluation-only campaign run, bad checkpoints in dry runs

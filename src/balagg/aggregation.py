@@ -33,7 +33,7 @@ micro-batches (over all data-parallel ranks) in the step. That is, exactly, verl
 (``agg_loss`` token-mean with an empty ``global_batch_info`` falls back to the micro-batch's token
 count), divided by the gradient accumulation (``loss = policy_loss / self.gradient_accumulation``), and
 FSDP averages the gradients of the D ranks, so M = gradient_accumulation * D. It is a mean of
-micro-batch token means, not a token mean (verl issue 5625). Pass the micro-batch of each response as
+micro-batch token means, not a token mean (verl#5625, upstream). Pass the micro-batch of each response as
 ``micro_batch_ids``; without them the call is one micro-batch (and the rule equals ``token-agg`` at
 scope ``batch``). ``scope`` does not apply to it. The weights of one call must be those of one
 optimiser step.

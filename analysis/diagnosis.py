@@ -8,16 +8,16 @@ contract live) and writes the files.
 
 from __future__ import annotations
 
-from balagg import contract
+from balagg import settings
 from balagg.analysis import diagnosis as diagnosis_lib
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
 
 
 def main() -> int:
     parser = base_parser(diagnosis_lib.__doc__)
-    parser.add_argument("--cv-threshold", type=float, default=contract.ANALYSIS.cv_threshold,
+    parser.add_argument("--cv-threshold", type=float, default=settings.ANALYSIS.cv_threshold,
                         help="length CV counted as high (ours)")
-    parser.add_argument("--gap-threshold", type=float, default=contract.ANALYSIS.gap_threshold,
+    parser.add_argument("--gap-threshold", type=float, default=settings.ANALYSIS.gap_threshold,
                         help="|neg - pos length gap| / mean length counted as large (ours)")
     args = parser.parse_args()
     campaign = campaign_from_args(args)

@@ -8,7 +8,7 @@ contract live) and writes the files.
 
 from __future__ import annotations
 
-from balagg import contract
+from balagg import settings
 from balagg.analysis import figure2
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
 
@@ -16,7 +16,7 @@ from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrappe
 def main() -> int:
     parser = base_parser(figure2.__doc__)
     parser.add_argument("--model", default=None, help="the model whose runs are shown (default: the first)")
-    parser.add_argument("--smoothing", type=int, default=contract.ANALYSIS.smoothing,
+    parser.add_argument("--smoothing", type=int, default=settings.ANALYSIS.smoothing,
                         help="centred moving-average window in logged steps (1: none); default %(default)s")
     args = parser.parse_args()
     campaign = campaign_from_args(args)

@@ -8,14 +8,14 @@ contract live) and writes the files.
 
 from __future__ import annotations
 
-from balagg import contract
+from balagg import settings
 from balagg.analysis import figure3
 from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
 
 
 def main() -> int:
     parser = base_parser(figure3.__doc__)
-    parser.add_argument("--smoothing", type=int, default=contract.ANALYSIS.smoothing,
+    parser.add_argument("--smoothing", type=int, default=settings.ANALYSIS.smoothing,
                         help="centred moving-average window in logged steps (1: none); default %(default)s")
     parser.add_argument("--cv-metric", default="len_cv", choices=("len_cv", "len_cv_within_group"),
                         help="batch-wide CV (default) or the mean within-group CV")

@@ -124,6 +124,18 @@ def test_rule_names_and_aliases():
     assert DEFAULT_SCOPES["token-agg"] == "batch" and DEFAULT_SCOPES["balanced-agg"] == "group"
 
 
+def test_every_rule_has_weights_and_the_readme_table_lists_exactly_the_registry():
+    import re
+    from pathlib import Path
+
+    from balagg.aggregation import GROUP_WEIGHTS
+
+    assert set(GROUP_WEIGHTS) | set(MICRO_BATCH_RULES) == set(RULES)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("## The rules", 1)[1].split("\n\n", 2)[1]
+    assert tuple(re.findall(r"^\| `([^`]+)` \|", table, re.M)) == RULES
+
+
 def test_alias_gives_same_weights_as_canonical():
     lengths, adv = [3, 5, 7, 2], [1.0, -1.0, 1.0, -1.0]
     groups = [0, 0, 1, 1]

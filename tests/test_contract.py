@@ -13,16 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from balagg import contract
+from balagg import contract, settings
 from balagg.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
-
-
-def schema_defaults(section: str) -> dict:
-    properties = yaml.safe_load(SCHEMA.read_text())["properties"][section]["properties"]
-    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
 
 
 def subcommand(*names: str) -> argparse.ArgumentParser:
@@ -38,14 +33,7 @@ def defaults_of(parser: argparse.ArgumentParser) -> dict:
     return {action.dest: action.default for action in parser._actions if action.dest != "help"}
 
 
-# ---- one default, stated by the schema, the dataclasses and every command line ----------------------
-
-@pytest.mark.parametrize(("section", "defaults"), [
-    ("eval", contract.EVAL), ("tinyworld", contract.TINYWORLD), ("analysis", contract.ANALYSIS),
-    ("data", contract.DATA)])
-def test_schema_defaults_equal_the_contracts(section, defaults):
-    assert schema_defaults(section) == dataclasses.asdict(defaults)
-
+# ---- one default (balagg.settings), read by the dataclasses and every hand-written command line -------
 
 def test_the_default_familys_files_keep_their_paths_and_another_family_has_its_own_folder():
     assert contract.data_file("bench", "math500") == contract.data_file("bench", "math500", "chains") == (
@@ -64,27 +52,18 @@ def test_the_default_familys_files_keep_their_paths_and_another_family_has_its_o
     assert set(WORLDS) == set(contract.TINYWORLD_FAMILIES) - {contract.TINYWORLD_DEFAULT_FAMILY}  # a world per walk family
 
 
-def test_generate_defaults_are_the_workflows():
-    from balagg.evaluation.generation.requests import GenerationConfig
-
-    config, flags = GenerationConfig(), defaults_of(subcommand("generate"))
-    for key in ("n", "temperature", "top_p", "max_tokens", "seed", "batch_size"):
-        assert getattr(config, key) == getattr(contract.EVAL, key) == flags[key], key
-    assert config.math_template == flags["math_template"] == contract.MATH_TEMPLATE
-
-
 def test_score_and_reward_use_one_verifier_setting():
     from balagg.evaluation.scoring.score import ScoreConfig
     from balagg.train.config import CellConfig
 
     flags, score = defaults_of(subcommand("score")), ScoreConfig()
-    assert flags["workers"] == score.workers == contract.VERIFIER.workers
-    assert flags["math_timeout"] == score.math_timeout_s == contract.VERIFIER.math_timeout_s
-    assert flags["code_timeout"] == score.code_timeout_s == contract.EVAL.code_timeout_s
+    assert flags["workers"] == score.workers == settings.VERIFIER.workers
+    assert flags["math_timeout"] == score.math_timeout_s == settings.VERIFIER.math_timeout_s
+    assert flags["code_timeout"] == score.code_timeout_s == settings.EVAL.code_timeout_s
     cell = {f.name: f.default for f in dataclasses.fields(CellConfig)}
     assert (cell["verifier"], cell["verifier_timeout_s"], cell["verifier_workers"]) == (
-        contract.VERIFIER.verifier, contract.VERIFIER.math_timeout_s, contract.VERIFIER.workers)
-    module, _, function = contract.VERIFIER.verifier.partition(":")
+        settings.VERIFIER.verifier, settings.VERIFIER.math_timeout_s, settings.VERIFIER.workers)
+    module, _, function = settings.VERIFIER.verifier.partition(":")
     assert callable(getattr(__import__(module, fromlist=[function]), function))
 
 
@@ -98,7 +77,6 @@ def test_one_answer_format_list_and_one_default_everywhere():
     assert {"$ref": "#/$defs/model_settings"} in schema["models"]["additionalProperties"]["allOf"]
     assert {"$ref": "#/$defs/model_settings"} in schema["checkpoints"]["additionalProperties"]["allOf"]
     assert tuple(model_spec["enum"]) == contract.ANSWER_FORMATS
-    assert tuple(schema["train"]["properties"]["answer_format"]["enum"]) == contract.ANSWER_FORMATS
     assert contract.DEFAULT_ANSWER_FORMAT in contract.ANSWER_FORMATS
     cell = {f.name: f.default for f in dataclasses.fields(CellConfig)}
     flags = defaults_of(subcommand("tinyworld", "model"))
@@ -109,18 +87,18 @@ def test_one_answer_format_list_and_one_default_everywhere():
 def test_tinyworld_and_prepare_data_defaults_are_the_workflows():
     data, model = defaults_of(subcommand("tinyworld", "data")), defaults_of(subcommand("tinyworld", "model"))
     assert (data["seed"], data["train_problems"], data["bench_problems"], data["family"]) == (
-        contract.TINYWORLD.seed, contract.TINYWORLD.train_problems, contract.TINYWORLD.bench_problems,
+        settings.TINYWORLD.seed, settings.TINYWORLD.train_problems, settings.TINYWORLD.bench_problems,
         contract.TINYWORLD_DEFAULT_FAMILY)
     assert (model["seed"], model["sft_steps"], model["sft_length_buckets"]) == (
-        contract.TINYWORLD.seed, contract.TINYWORLD.sft_steps, contract.TINYWORLD.sft_length_buckets)
-    assert defaults_of(subcommand("prepare-data"))["on_bad_row"] == contract.DATA.on_bad_row
+        settings.TINYWORLD.seed, settings.TINYWORLD.sft_steps, settings.TINYWORLD.sft_length_buckets)
+    assert defaults_of(subcommand("prepare-data"))["on_bad_row"] == settings.DATA.on_bad_row
 
 
 @pytest.mark.parametrize("script", ["figure2", "figure3"])
 def test_figure_scripts_smooth_by_the_workflows_default(script):
     help_text = subprocess.run([sys.executable, str(REPO / "analysis" / f"{script}.py"), "--help"],
                                capture_output=True, text=True, timeout=120, check=True).stdout
-    assert f"default {contract.ANALYSIS.smoothing}" in " ".join(help_text.split())
+    assert f"default {settings.ANALYSIS.smoothing}" in " ".join(help_text.split())
 
 
 # ---- a model's train overrides are typed like the train section ---------------------------------------

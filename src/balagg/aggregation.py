@@ -46,12 +46,14 @@ mean. All functions are vectorised over the batch; group ids may come in any ord
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from balagg.rules import ALIASES, DEFAULT_SCOPES, MICRO_BATCH_RULES, RULES, SCOPES, canonical_rule, default_scope
+from balagg.aggregators import (ALIASES, DEFAULT_SCOPES, MICRO_BATCH_RULES, RULES, SCOPES, aggregator, canonical_rule,
+                                check_scope, default_scope)
 
 __all__ = [
     "RULES",
@@ -61,7 +63,10 @@ __all__ = [
     "MICRO_BATCH_RULES",
     "canonical_rule",
     "default_scope",
+    "aggregator",
     "aggregation_weights",
+    "GROUP_WEIGHTS",
+    "group_weights",
     "aggregate",
     "microbatch_token_weights",
     "group_advantages",
@@ -105,8 +110,7 @@ def _validated(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.dtype]:
     """Check inputs; return float64 lengths and advantages, the dense group index, n_groups and the
     dtype the weights are returned in."""
-    if scope not in SCOPES:
-        raise ValueError(f"unknown scope {scope!r}; valid scopes: {', '.join(SCOPES)}")
+    check_scope(scope)
     lengths_t = _as_1d("lengths", lengths)
     advantages_t = _as_1d("advantages", advantages)
     if lengths_t.numel() != advantages_t.numel():
@@ -163,6 +167,79 @@ def _side_balanced(
     return weights
 
 
+@dataclass(frozen=True)
+class Groups:
+    """A validated batch as the per-group weight functions see it (float64, one entry per response)."""
+
+    lengths: torch.Tensor
+    advantages: torch.Tensor
+    index: torch.Tensor
+    """the dense group of each response, in [0, n_groups)"""
+    n_groups: int
+    max_length: float | None
+
+    @property
+    def group_size(self) -> torch.Tensor:
+        """G of each group (one entry per group)."""
+        return _group_sum(torch.ones_like(self.lengths), self.index, self.n_groups)
+
+
+GROUP_WEIGHTS: dict[str, Callable[[Groups], torch.Tensor]] = {}
+"""Each group-defined rule's weight function: its per-group formula w_i (before the division by the number
+of groups). Every rule of :data:`balagg.aggregators.AGGREGATORS` has one, except the micro-batch rules
+(:func:`microbatch_token_weights`)."""
+
+
+def group_weights(rule: str) -> Callable[[Callable[[Groups], torch.Tensor]], Callable[[Groups], torch.Tensor]]:
+    """Register the decorated function as the weights of the canonical rule ``rule``."""
+
+    def register(function: Callable[[Groups], torch.Tensor]) -> Callable[[Groups], torch.Tensor]:
+        if canonical_rule(rule) != rule or rule in GROUP_WEIGHTS:
+            raise ValueError(f"weights of {rule!r}: not a canonical rule name, or registered twice")
+        GROUP_WEIGHTS[rule] = function
+        return function
+
+    return register
+
+
+@group_weights("seq-agg")
+def _seq_agg(groups: Groups) -> torch.Tensor:
+    return _safe_div(torch.ones_like(groups.lengths), groups.group_size[groups.index] * groups.lengths)
+
+
+@group_weights("token-agg")
+def _token_agg(groups: Groups) -> torch.Tensor:
+    tokens = _group_sum(groups.lengths, groups.index, groups.n_groups)
+    return _safe_div(torch.ones_like(groups.lengths), tokens[groups.index])
+
+
+@group_weights("balanced-agg")
+def _balanced_agg(groups: Groups) -> torch.Tensor:
+    return _side_balanced(groups.lengths, groups.advantages, groups.index, groups.n_groups, groups.group_size,
+                          torch.ones_like(groups.lengths))
+
+
+@group_weights("balanced-agg-mass")
+def _balanced_agg_mass(groups: Groups) -> torch.Tensor:
+    return _side_balanced(groups.lengths, groups.advantages, groups.index, groups.n_groups, groups.group_size,
+                          groups.advantages.abs())
+
+
+@group_weights("seq-mean-token-sum")
+def _seq_mean_token_sum(groups: Groups) -> torch.Tensor:
+    return 1.0 / groups.group_size[groups.index]
+
+
+@group_weights("dr-grpo")
+def _dr_grpo(groups: Groups) -> torch.Tensor:
+    return 1.0 / (groups.group_size[groups.index] * float(groups.max_length))
+
+
+_UNWEIGHTED = set(RULES) - set(MICRO_BATCH_RULES) - set(GROUP_WEIGHTS)
+if _UNWEIGHTED:
+    raise ImportError(f"balagg.aggregation has no weights for the registered rules {sorted(_UNWEIGHTED)}")
+
+
 def aggregation_weights(
     rule: str,
     lengths: Any,
@@ -190,31 +267,18 @@ def aggregation_weights(
         [B] weights in the advantages' floating dtype (float32 for integer advantages), computed in
         float64. ``aggregate(per_token_loss, mask, weights)`` is then the rule's loss.
     """
-    rule = canonical_rule(rule)
-    if rule == "dr-grpo":
+    record = aggregator(rule)
+    if record.needs_max_length:
         if max_length is None:
-            raise ValueError("rule 'dr-grpo' needs max_length (the constant length normaliser)")
+            raise ValueError(f"rule {record.name!r} needs max_length (the constant length normaliser)")
         if not max_length > 0:
             raise ValueError(f"max_length must be positive, got {max_length}")
     lengths64, advantages64, index, n_groups, out_dtype = _validated(lengths, advantages, group_ids, scope)
     if lengths64.numel() == 0:
         return torch.zeros(0, dtype=out_dtype)
-
-    if rule == "token-agg-microbatch":
+    if record.needs_micro_batches:
         return microbatch_token_weights(lengths64, micro_batch_ids).to(out_dtype)
-    group_size = _group_sum(torch.ones_like(lengths64), index, n_groups)
-    if rule == "seq-agg":
-        weights = _safe_div(torch.ones_like(lengths64), group_size[index] * lengths64)
-    elif rule == "token-agg":
-        weights = _safe_div(torch.ones_like(lengths64), _group_sum(lengths64, index, n_groups)[index])
-    elif rule == "balanced-agg":
-        weights = _side_balanced(lengths64, advantages64, index, n_groups, group_size, torch.ones_like(lengths64))
-    elif rule == "balanced-agg-mass":
-        weights = _side_balanced(lengths64, advantages64, index, n_groups, group_size, advantages64.abs())
-    elif rule == "seq-mean-token-sum":
-        weights = 1.0 / group_size[index]
-    else:  # dr-grpo
-        weights = 1.0 / (group_size[index] * float(max_length))
+    weights = GROUP_WEIGHTS[record.name](Groups(lengths64, advantages64, index, n_groups, max_length))
     return (weights / n_groups).to(out_dtype)
 
 
@@ -346,12 +410,12 @@ def length_diagnostics(
     pos_lengths = lengths64[positive]
     pos_long = positive & (lengths64 > pos_lengths.median()) if pos_lengths.numel() else positive
     pos_short = positive & ~pos_long
-    for rule in rules if rules is not None else RULES:
-        rule = canonical_rule(rule)
-        if (rule == "dr-grpo" and max_length is None) or rule in MICRO_BATCH_RULES:
+    for record in (aggregator(rule) for rule in (rules if rules is not None else RULES)):
+        if (record.needs_max_length and max_length is None) or record.needs_micro_batches:
             continue  # dr-grpo needs max_length; token-agg-microbatch depends on the micro-batch split
+        rule = record.name
         weights = aggregation_weights(
-            rule, lengths64, advantages64, index, scope=DEFAULT_SCOPES[rule], max_length=max_length
+            rule, lengths64, advantages64, index, scope=record.default_scope, max_length=max_length
         ).double()
         carried = weights * lengths64 * advantages64.abs()
         stats[f"side_weight/{rule}/pos"] = float(carried[positive].sum())

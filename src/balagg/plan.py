@@ -66,10 +66,10 @@ from __future__ import annotations
 import math
 from dataclasses import MISSING, dataclass, fields, replace
 
-from balagg import contract
+from balagg import contract, settings
 from balagg.data.sources import SOURCES
 from balagg.completion_lengths import CompletionLengths
-from balagg.rules import MICRO_BATCH_RULES, canonical_rule
+from balagg.aggregators import MICRO_BATCH_RULES, canonical_rule
 from balagg.train.config import CellConfig
 
 MEASURED_RATE = ("gpu_smoke.json", "probe-7b", "tokens_per_s")
@@ -212,7 +212,7 @@ def bench_problems(config: dict, model: str | None = None) -> dict[str, int]:
 
     given = config.get("plan", {}).get("bench_problems", {})
     family = model_family(config["models"][model or next(iter(config["models"]))])
-    asked = config.get("tinyworld", {}).get("bench_problems", contract.TINYWORLD.bench_problems)
+    asked = config.get("tinyworld", {}).get("bench_problems", settings.TINYWORLD.bench_problems)
     sizes = {}
     for name, source in config["benchmarks"].items():
         if name in given:

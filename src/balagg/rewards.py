@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from balagg import contract
+from balagg import settings
 from balagg.evaluation.verify.pool import VerifierPool
 from balagg.prompts import ANSWER_FORMATS, answer_for_verifier
 
@@ -56,8 +56,8 @@ class MathReward:
 
     def __init__(self, *, answer_format: str, reward_correct: float, reward_incorrect: float,
                  max_completion_length: int, overlong_buffer_len: int | None, overlong_penalty_factor: float,
-                 timeout_s: float, workers: int = contract.VERIFIER.workers,
-                 verifier: str = contract.VERIFIER.verifier) -> None:
+                 timeout_s: float, workers: int = settings.VERIFIER.workers,
+                 verifier: str = settings.VERIFIER.verifier) -> None:
         if answer_format not in ANSWER_FORMATS:
             raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
         self.answer_format = answer_format

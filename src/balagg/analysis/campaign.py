@@ -160,7 +160,7 @@ class Campaign:
 
 def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
     """Aggregators in the order of :data:`balagg.aggregation.RULES` (unknown names last, sorted)."""
-    from balagg.rules import RULES, canonical_rule
+    from balagg.aggregators import RULES, canonical_rule
 
     def rank(name: str) -> tuple[int, str]:
         try:

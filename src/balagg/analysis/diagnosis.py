@@ -28,7 +28,7 @@ import math
 
 import pandas as pd
 
-from balagg import contract
+from balagg import settings
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.comparison import comparison_table, pair_result
 from balagg.analysis.summarise import ACC, last_column, peak_column
@@ -91,8 +91,8 @@ def observed(table: pd.DataFrame, model: str, dataset: str) -> dict:
             "token_peak": token_peak, "seq_peak": seq_peak, "token_last": token_last, "seq_last": seq_last}
 
 
-def diagnose(campaign: Campaign, cv_threshold: float = contract.ANALYSIS.cv_threshold,
-             gap_threshold: float = contract.ANALYSIS.gap_threshold) -> pd.DataFrame:
+def diagnose(campaign: Campaign, cv_threshold: float = settings.ANALYSIS.cv_threshold,
+             gap_threshold: float = settings.ANALYSIS.gap_threshold) -> pd.DataFrame:
     """One row per (model, dataset): length statistics, prediction, outcome and whether they agree."""
     stats = length_stats(campaign)
     table = peak_and_last(campaign, (MEAN,))

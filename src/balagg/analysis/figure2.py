@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from balagg.analysis import train_curves
 from balagg.analysis.campaign import Campaign
-from balagg import contract
+from balagg import settings
 from balagg.analysis.plotting import aggregator_colors, mark_missing, plot_training_lines, smoothing_phrase
 
 METRIC = "pg_loss"
@@ -31,7 +31,7 @@ def caption(model: str, smoothing: int) -> str:
     return f"Policy-gradient loss of {model} over training steps; lines: {smoothing_phrase(smoothing)}."
 
 
-def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = contract.ANALYSIS.smoothing) -> Figure:
+def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = settings.ANALYSIS.smoothing) -> Figure:
     model = chosen_model(campaign, model)
     curves = train_curves(campaign, METRIC, models=(model,))
     colors = aggregator_colors(campaign.aggregators)

@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from balagg import contract
+from balagg import settings
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--list", action="store_true", help="print the registry of sources and exit")
     parser.add_argument("--source", help="hub id or local path (default: the registry's hub id)")
     parser.add_argument("--out", help="output JSONL file")
-    parser.add_argument("--on-bad-row", choices=("fail", "skip"), default=contract.DATA.on_bad_row,
+    parser.add_argument("--on-bad-row", choices=("fail", "skip"), default=settings.DATA.on_bad_row,
                         help="stop at the first malformed row or skip and count it (default %(default)s, as the workflow)")
     parser.add_argument("--report", default=None,
                         help="also write the report (rows read, written, bad rows skipped and why) to this JSON file")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from balagg import contract
+from balagg import contract, settings
 
 
 def _ks(text: str) -> tuple[int, ...]:
@@ -34,11 +34,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="output directory (e.g. .../eval/step-000040), one per --generations")
     parser.add_argument("--checkpoint", default=None, help="recorded in summary.json (default: generation.json's)")
     parser.add_argument("--step", type=int, default=None, help="recorded in summary.json (default: from step-N in --out)")
-    parser.add_argument("--workers", type=int, default=contract.VERIFIER.workers,
+    parser.add_argument("--workers", type=int, default=settings.VERIFIER.workers,
                         help="verifier processes / concurrent sandboxes")
-    parser.add_argument("--math-timeout", type=float, default=contract.VERIFIER.math_timeout_s,
+    parser.add_argument("--math-timeout", type=float, default=settings.VERIFIER.math_timeout_s,
                         help="seconds per math sample")
-    parser.add_argument("--code-timeout", type=float, default=contract.EVAL.code_timeout_s,
+    parser.add_argument("--code-timeout", type=float, default=settings.EVAL.code_timeout_s,
                         help="wall-clock seconds per code test")
     parser.add_argument("--pass-k", type=_ks, default=(), help="also report unbiased pass@k, e.g. 1,2,4 (k <= n)")
     parser.add_argument("--allow-missing", action="store_true",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from balagg import contract
+from balagg import contract, settings
 
 
 def _positive(text: str) -> int:
@@ -41,10 +41,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     data = actions.add_parser("data", help="write the synthetic raw datasets and manifest.json")
     data.add_argument("--out", required=True, help="folder for the raw datasets (one subfolder each)")
-    data.add_argument("--seed", type=int, default=contract.TINYWORLD.seed)
-    data.add_argument("--train-problems", type=_positive, default=contract.TINYWORLD.train_problems,
+    data.add_argument("--seed", type=int, default=settings.TINYWORLD.seed)
+    data.add_argument("--train-problems", type=_positive, default=settings.TINYWORLD.train_problems,
                       help="problems per training set")
-    data.add_argument("--bench-problems", type=_positive, default=contract.TINYWORLD.bench_problems,
+    data.add_argument("--bench-problems", type=_positive, default=settings.TINYWORLD.bench_problems,
                       help="problems per benchmark")
     data.add_argument("--family", choices=contract.TINYWORLD_FAMILIES, default=contract.TINYWORLD_DEFAULT_FAMILY,
                       help="task family of the training sets and math benchmarks (balagg.tinyworld.raw.FAMILIES)")
@@ -55,11 +55,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--raw", "--train-data", dest="raw", required=True,
                        help="the raw folder written by `tinyworld data` (its training sets give the card)")
     model.add_argument("--out", required=True, help="checkpoint folder (replaced); card.json is written last")
-    model.add_argument("--seed", type=int, default=contract.TINYWORLD.seed,
+    model.add_argument("--seed", type=int, default=settings.TINYWORLD.seed,
                        help="seed of the initial weights and the warm start")
-    model.add_argument("--sft-steps", type=_positive, default=contract.TINYWORLD.sft_steps,
+    model.add_argument("--sft-steps", type=_positive, default=settings.TINYWORLD.sft_steps,
                        help="warm-start optimiser steps (batch 32)")
-    model.add_argument("--sft-length-buckets", type=_positive, default=contract.TINYWORLD.sft_length_buckets,
+    model.add_argument("--sft-length-buckets", type=_positive, default=settings.TINYWORLD.sft_length_buckets,
                        help="pad each warm-start batch in this many length-sorted parts (the same update, less padding)")
     model.add_argument("--card-problems", type=_positive, default=64, help="problems per training set in the card")
     model.add_argument("--card-samples", type=_positive, default=8, help="samples per problem in the card")

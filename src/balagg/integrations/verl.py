@@ -59,7 +59,7 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from balagg.aggregation import aggregation_weights
-from balagg.rules import RULES, canonical_rule, default_scope
+from balagg.aggregators import AGGREGATORS, aggregator
 
 __all__ = [
     "ENGINE",
@@ -88,15 +88,13 @@ POLICY_LOSS = "balagg"
 """The registered policy-loss name (``actor_rollout_ref.actor.policy_loss.loss_mode``)."""
 ESTIMATOR_PREFIX = "balagg-"
 
-VERL_RULES: tuple[str, ...] = tuple(rule for rule in RULES if rule != "dr-grpo")
-"""The rules offered as verl advantage estimators. ``dr-grpo`` needs a constant length that verl's
-advantage estimators are not given; verl has it natively (``seq-mean-token-sum-norm`` with
-``loss_scale_factor``)."""
+VERL_RULES: tuple[str, ...] = tuple(rule.name for rule in AGGREGATORS if rule.verl_estimator)
+"""The rules offered as verl advantage estimators (:attr:`balagg.aggregators.Aggregator.verl_estimator`)."""
 
 
 def estimator_name(rule: str) -> str:
     """The ``algorithm.adv_estimator`` value of ``rule`` (a balagg name or a verl alias)."""
-    rule = canonical_rule(rule)
+    rule = aggregator(rule).name
     if rule not in VERL_RULES:
         raise ValueError(f"rule {rule!r} has no verl estimator; use one of {', '.join(VERL_RULES)}")
     return ESTIMATOR_PREFIX + rule
@@ -122,10 +120,10 @@ def fold_rule_weights(
         raise ValueError(
             f"advantages {tuple(advantages.shape)} and response_mask {tuple(response_mask.shape)} must both be [batch, tokens]"
         )
-    rule = canonical_rule(rule)
+    record = aggregator(rule)
     lengths = response_mask.sum(-1)
     scalar = _first_token_values(advantages, response_mask)
-    weights = aggregation_weights(rule, lengths, scalar, list(index), scope=default_scope(rule))
+    weights = aggregation_weights(record.name, lengths, scalar, list(index), scope=record.default_scope)
     scale = (weights.to(torch.float64) * advantages.shape[0]).to(advantages.dtype)
     return advantages * scale.unsqueeze(-1)
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from balagg import contract
+from balagg import contract, settings
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX
 from balagg.data.sources import SOURCES
 from balagg.io import atomic_path, atomic_write_text, read_jsonl
@@ -272,8 +272,8 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def write_raw(out: str | os.PathLike, seed: int, train_problems: int = contract.TINYWORLD.train_problems,
-              bench_problems: int = contract.TINYWORLD.bench_problems,
+def write_raw(out: str | os.PathLike, seed: int, train_problems: int = settings.TINYWORLD.train_problems,
+              bench_problems: int = settings.TINYWORLD.bench_problems,
               names: tuple[str, ...] | None = None, family: str = contract.TINYWORLD_DEFAULT_FAMILY) -> dict:
     """Write every dataset (or ``names``) of ``family`` under ``out`` and ``out/manifest.json`` (last);
     return it."""

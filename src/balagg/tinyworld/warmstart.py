@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from balagg import contract
+from balagg import contract, settings
 from balagg.io import write_json
 from balagg.tinyworld.model import PROMPT_TEMPLATE
 from balagg.tinyworld.regimes import get_regime, regime_examples, warm_start_family
@@ -43,7 +43,7 @@ REGIME = {"accuracy_min": 0.2, "accuracy_max": 0.8, "len_cv_min": 0.3}
 class WarmStartConfig:
     """Settings of the supervised warm start (the defaults reach the step-0 regime of the module docstring)."""
 
-    steps: int = contract.TINYWORLD.sft_steps
+    steps: int = settings.TINYWORLD.sft_steps
     batch_size: int = 32
     learning_rate: float = 3e-3
     betas: tuple[float, float] = (0.9, 0.98)
@@ -53,7 +53,7 @@ class WarmStartConfig:
     code_share: float = 0.1
     seed: int = 0
     regime: str | None = None  # a balagg.tinyworld.regimes name: its examples replace the default mix
-    length_buckets: int = contract.TINYWORLD.sft_length_buckets  # parts a batch is padded in (module doc)
+    length_buckets: int = settings.TINYWORLD.sft_length_buckets  # parts a batch is padded in (module doc)
 
     def __post_init__(self):
         if self.steps < 1 or self.batch_size < 1:

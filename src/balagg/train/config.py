@@ -22,13 +22,14 @@ import hashlib
 import json
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from balagg import contract
+from balagg import contract, settings
+from balagg.aggregators import SCOPES, aggregator, check_scope
+from balagg.config_schema import setting
 from balagg.prompts import ANSWER_FORMATS, PromptFormat
-from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
 
 OPERATIONAL_FIELDS = ("time_limit_minutes", "collective_timeout_minutes", "mlflow_tracking_uri", "mlflow_experiment")
 """Fields that change how a job is run or where it is logged, not what it trains (left out of the config
@@ -36,96 +37,118 @@ hash, so the hash of a cell does not depend on the checkout's folder or the job'
 
 @dataclass
 class CellConfig:
-    """Everything one training cell needs. Paths are as given (absolute or relative to the cwd)."""
+    """Everything one training cell needs. Paths are as given (absolute or relative to the cwd).
+
+    The campaign config's ``train`` section (and ``models.<name>.train``) is generated from the fields
+    declared without ``in_schema=False`` (:mod:`balagg.config_schema`); the others are the cell's identity
+    and what the workflow takes from the model's settings and resources."""
 
     # what to train on
-    model: str
-    train_files: list[str]
-    aggregator: str
-    seed: int
-    output_name: str = ""  # free label for logs; default "<model>/<dataset>/<aggregator>/seed<seed>"
-    tokenizer: str | None = None  # default: the model directory
-    model_name: str | None = None  # label for tags; default: the model path's last component
-    dataset_name: str | None = None  # label for tags; default: the first train file's stem
-    scope: str | None = None  # default: DEFAULT_SCOPES[aggregator] (token-agg: batch, others: group)
-    max_position_embeddings: int | None = None  # context override (balagg.context); None: the model's own
+    model: str = setting(help="hub id or folder of the initial policy", in_schema=False)
+    train_files: list[str] = setting(help="training set files (JSONL)", in_schema=False)
+    aggregator: str = setting(help="aggregation rule (balagg.aggregators; a verl alias names its rule)",
+                              in_schema=False)
+    seed: int = setting(help="the cell's seed", in_schema=False)
+    output_name: str = setting("", "free label for logs; default <model>/<dataset>/<aggregator>/seed<seed>",
+                               in_schema=False)
+    tokenizer: str | None = setting(None, "default: the model directory", in_schema=False)
+    model_name: str | None = setting(None, "label for tags; default: the model path's last component",
+                                     in_schema=False)
+    dataset_name: str | None = setting(None, "label for tags; default: the first train file's stem", in_schema=False)
+    scope: str | None = setting(None, "aggregation scope (default token-agg batch, others group)", choices=SCOPES)
+    max_position_embeddings: int | None = setting(
+        None, "context override (balagg.context); None: the model's own", in_schema=False)
 
     # prompt and reward
-    prompt_template: str = contract.MATH_TEMPLATE  # the user turn, rendered by balagg.contract.render_prompt
-    use_chat_template: bool = True
-    enable_thinking: bool | None = None  # chat template switch (Qwen3); None: the template's default
-    answer_format: str = contract.DEFAULT_ANSWER_FORMAT  # one of contract.ANSWER_FORMATS (balagg.prompts.answer_for_verifier)
-    reward_correct: float = 1.0
-    reward_incorrect: float = -1.0  # DAPO's +-1
-    overlong_buffer_enabled: bool = True
-    overlong_buffer_len: int = 4096
-    overlong_penalty_factor: float = 1.0
-    verifier_timeout_s: float = contract.VERIFIER.math_timeout_s
-    verifier_workers: int = contract.VERIFIER.workers
-    verifier: str = contract.VERIFIER.verifier  # module:function; the evaluation's verifier
-    scale_rewards: str = "group"  # TRL: "group" (GRPO), "batch", "none" (Dr.GRPO)
+    prompt_template: str = setting(contract.MATH_TEMPLATE, "training prompt; must contain {problem}")
+    use_chat_template: bool = setting(True, "wrap prompts in the tokenizer's chat template", in_schema=False)
+    enable_thinking: bool | None = setting(None, "chat template switch (Qwen3); None: the template's default",
+                                           in_schema=False)
+    answer_format: str = setting(contract.DEFAULT_ANSWER_FORMAT,
+                                 "what the prompt asks for; the reward extracts that (balagg.prompts)",
+                                 choices=ANSWER_FORMATS)
+    reward_correct: float = setting(1.0)
+    reward_incorrect: float = setting(-1.0, "DAPO's +-1")
+    overlong_buffer_enabled: bool = setting(True, "DAPO overlong shaping")
+    overlong_buffer_len: int = setting(4096, minimum=1)
+    overlong_penalty_factor: float = setting(1.0, minimum=0)
+    verifier_timeout_s: float = setting(settings.VERIFIER.math_timeout_s, exclusive_minimum=0)
+    verifier_workers: int = setting(settings.VERIFIER.workers, minimum=1)
+    verifier: str = setting(settings.VERIFIER.verifier, "module:function of the math verifier")
+    scale_rewards: str = setting("group", "TRL's: group (GRPO), batch, none (Dr.GRPO)",
+                                 choices=("group", "batch", "none"))
 
     # DAPO recipe knobs
-    learning_rate: float = 1e-6
-    warmup_steps: int = 10
-    lr_scheduler: str = "constant_with_warmup"
-    weight_decay: float = 0.1
-    max_grad_norm: float = 1.0
-    optimizer: str = "adamw_torch"
-    num_generations: int = 16
-    prompts_per_step: int = 512
-    mini_batches: int = 16
-    # True: every optimiser step trains on whole groups (a random order of groups, as verl's mini-batches),
-    # and each step is the rule over its own groups; False: TRL's shuffle of single responses
-    group_preserving_minibatches: bool = False
-    micro_batch_size: int = 4
-    num_iterations: int = 1
-    max_prompt_length: int = 2048
-    max_completion_length: int = 20480
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.28
-    temperature: float = 1.0
-    top_p: float = 1.0
-    mask_truncated_completions: bool = False
-    total_steps: int = 100
+    learning_rate: float = setting(1e-6, exclusive_minimum=0)
+    warmup_steps: int = setting(10, minimum=0)
+    lr_scheduler: str = setting("constant_with_warmup")
+    weight_decay: float = setting(0.1, minimum=0)
+    max_grad_norm: float = setting(1.0, "gradient clipping", exclusive_minimum=0)
+    optimizer: str = setting("adamw_torch")
+    num_generations: int = setting(16, "G, responses per prompt", minimum=2)
+    prompts_per_step: int = setting(512, "prompts per generation batch", minimum=1)
+    mini_batches: int = setting(16, "optimiser steps per generation batch", minimum=1)
+    group_preserving_minibatches: bool = setting(
+        False, "whole groups per optimiser step (a random order of groups, as verl's mini-batches; each step is "
+        "the rule over its own groups); false: TRL's response shuffle")
+    micro_batch_size: int = setting(4, "responses per device per forward pass", minimum=1)
+    num_iterations: int = setting(1, "PPO epochs per generation batch", minimum=1)
+    max_prompt_length: int = setting(2048, minimum=1)
+    max_completion_length: int = setting(20480, minimum=1)
+    clip_ratio_low: float = setting(0.2, minimum=0)
+    clip_ratio_high: float = setting(0.28, minimum=0)
+    temperature: float = setting(1.0, exclusive_minimum=0)
+    top_p: float = setting(1.0, exclusive_minimum=0, maximum=1)
+    mask_truncated_completions: bool = setting(False)
+    total_steps: int = setting(100, "optimiser steps", minimum=1)
 
     # checkpoints
-    save_every: int = 10  # resumable checkpoints, a multiple of the generation cycle
-    keep_checkpoints: int = 2  # resumable checkpoints kept (weights-only eval checkpoints are all kept)
-    eval_steps: list[int] = field(default_factory=list)  # evaluated steps (weights-only checkpoints); step 0 always evaluated
-    eval_every: int = 0  # also every N steps when > 0 (and the last step)
-    # wall-clock limit of one training job (Slurm --time): stop at a resumable checkpoint before it and
-    # exit 75 so the workflow's retry resumes (balagg.train.deadline); None: no limit
-    time_limit_minutes: int | None = None
+    save_every: int = setting(10, "resumable checkpoint cadence (a multiple of the generation cycle)", minimum=1)
+    keep_checkpoints: int = setting(
+        2, "resumable checkpoints kept (weights-only eval checkpoints are all kept)", minimum=1)
+    eval_steps: list[int] = setting(
+        default_factory=list, help="evaluated steps (weights-only checkpoints); step 0 always evaluated",
+        in_schema=False)
+    eval_every: int = setting(
+        0, "weights-only checkpoint and evaluation cadence (plus step 0 and the last step); 0: none", minimum=1)
+    time_limit_minutes: int | None = setting(
+        None, "wall-clock limit of one training job (Slurm --time); it stops at a resumable checkpoint before it "
+        "and exits 75 (the retry resumes, balagg.train.deadline); null: no limit", minimum=1)
 
     # hardware
-    num_processes: int = 1  # data-parallel processes (GPUs); the workflow launches this many
-    bf16: bool = False
-    gradient_checkpointing: bool = False
-    use_vllm: bool = False
-    vllm_mode: str = "colocate"
-    vllm_gpu_memory_utilization: float = 0.3
-    # TRL's vLLM importance-sampling correction (mode sequence_mask: responses whose train/rollout ratio
-    # leaves [0, 3] are masked out); its masked fractions are logged per step when on. TRL's default is on.
-    vllm_importance_sampling_correction: bool = True
-    accelerate_config: str | None = None  # e.g. configs/accelerate/fsdp2.yaml (GPU runs)
-    # how long every process waits in one collective (all-reduce, all-gather, barrier) before the job fails:
-    # torch.distributed's process-group timeout (transformers' ddp_timeout, whose default is 30 minutes).
-    # Ranks wait in one while the main process writes an evaluation checkpoint.
-    collective_timeout_minutes: int = 30
-    torch_threads: int = 1  # CPU intra-op threads
+    num_processes: int = setting(1, "data-parallel processes (GPUs); the workflow launches this many",
+                                 in_schema=False)
+    bf16: bool = setting(False)
+    gradient_checkpointing: bool = setting(False)
+    use_vllm: bool = setting(False)
+    vllm_mode: str = setting("colocate", choices=("colocate", "server"))
+    vllm_gpu_memory_utilization: float = setting(0.3, exclusive_minimum=0, maximum=1)
+    vllm_importance_sampling_correction: bool = setting(
+        True, "TRL's vLLM importance-sampling correction (mode sequence_mask: responses whose train/rollout ratio "
+        "leaves [0, 3] are masked out); masked fractions logged per step when on. TRL's default is on.")
+    accelerate_config: str | None = setting(
+        None, "accelerate config file for multi-GPU training, e.g. configs/accelerate/fsdp2.yaml")
+    collective_timeout_minutes: int = setting(
+        30, "how long every process waits in one collective (all-reduce, all-gather, barrier) before the job "
+        "fails: torch.distributed's process-group timeout (transformers' ddp_timeout, default 30 minutes); ranks "
+        "wait in one while the main process writes an evaluation checkpoint", minimum=1)
+    torch_threads: int = setting(1, "CPU intra-op threads", minimum=1)
 
     # tracking
-    mlflow_tracking_uri: str | None = None
-    mlflow_experiment: str = "balagg"
+    mlflow_tracking_uri: str | None = setting(None, "MLflow tracking URI (the workflow's)", in_schema=False)
+    mlflow_experiment: str = setting("balagg", "MLflow experiment (the workflow's: the campaign)", in_schema=False)
 
     def __post_init__(self) -> None:
         self._check_types()
-        self.aggregator = canonical_rule(self.aggregator)
+        # where a config enters: the rule's canonical name and its scope; everything downstream takes them
+        rule = aggregator(self.aggregator)
+        self.aggregator = rule.name
         if self.scope is None:
-            self.scope = DEFAULT_SCOPES[self.aggregator]
-        if self.scope not in SCOPES:
-            raise ValueError(f"cell config: unknown scope {self.scope!r}; valid: {', '.join(SCOPES)}")
+            self.scope = rule.default_scope
+        try:
+            check_scope(self.scope)
+        except ValueError as error:
+            raise ValueError(f"cell config: {error}") from None
         if self.tokenizer is None:
             self.tokenizer = self.model
         if self.model_name is None:

@@ -54,8 +54,7 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
 
-from balagg.aggregation import (DEFAULT_SCOPES, MICRO_BATCH_RULES, aggregation_weights, canonical_rule,
-                                length_diagnostics)
+from balagg.aggregation import MICRO_BATCH_RULES, aggregation_weights, aggregator, length_diagnostics
 from balagg.train.padding import padding_span, row_widths, sort_within_steps, trim_micro_batch
 from balagg.train.sampler import EpochRepeatSampler
 from balagg.train.seeding import seeded_colocated_engine
@@ -130,8 +129,9 @@ class AggregatedGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, aggregation: str, scope: str | None = None,
                  group_preserving_minibatches: bool = False, trim_padding: bool = True,
                  length_sorted_microbatches: bool = True, **kwargs: Any) -> None:
-        self.aggregation = canonical_rule(aggregation)
-        self.aggregation_scope = scope if scope is not None else DEFAULT_SCOPES[self.aggregation]
+        rule = aggregator(aggregation)  # an entry point: a verl alias names its rule, the scope defaults to the rule's
+        self.aggregation = rule.name
+        self.aggregation_scope = scope if scope is not None else rule.default_scope
         self.group_preserving_minibatches = group_preserving_minibatches
         self.trim_padding = trim_padding
         self.length_sorted_microbatches = length_sorted_microbatches

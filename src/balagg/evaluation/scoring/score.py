@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from balagg import contract
+from balagg import contract, settings
 from balagg.io import read_jsonl, write_json, write_jsonl
 from balagg.evaluation.verify.math_verifier import gold_is_parsable, strip_reasoning, verifier_info
 from balagg.evaluation.scoring.metrics import benchmark_metrics
@@ -39,9 +39,9 @@ _GENERATION_KEYS = ("benchmark", "problem_id", "sample", "text", "finish_reason"
 class ScoreConfig:
     """How to score. ``pass_ks``: extra unbiased pass@k values to report (each must be <= n)."""
 
-    workers: int = contract.VERIFIER.workers
-    math_timeout_s: float = contract.VERIFIER.math_timeout_s
-    code_timeout_s: float = contract.VERIFIER.code_timeout_s
+    workers: int = settings.VERIFIER.workers
+    math_timeout_s: float = settings.VERIFIER.math_timeout_s
+    code_timeout_s: float = settings.VERIFIER.code_timeout_s
     pass_ks: tuple[int, ...] = ()
     allow_missing: bool = False
     sandbox_limits: SandboxLimits | None = None

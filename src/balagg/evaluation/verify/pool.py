@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-from balagg import contract
+from balagg import settings
 from balagg.processes import die_with_parent, reset_signal_handlers
 
 
@@ -90,8 +90,8 @@ class _Worker:
 class VerifierPool:
     """``VerifierPool(workers, timeout_s).verify(pairs) -> PoolResult``; use as a context manager."""
 
-    def __init__(self, workers: int = contract.VERIFIER.workers, timeout_s: float = contract.VERIFIER.math_timeout_s,
-                 verifier: str = contract.VERIFIER.verifier) -> None:
+    def __init__(self, workers: int = settings.VERIFIER.workers, timeout_s: float = settings.VERIFIER.math_timeout_s,
+                 verifier: str = settings.VERIFIER.verifier) -> None:
         if workers < 1:
             raise ValueError(f"need at least one worker, got {workers}")
         if timeout_s <= 0:

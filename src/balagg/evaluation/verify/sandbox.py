@@ -50,7 +50,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 
-from balagg import contract
+from balagg import settings
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class SandboxLimits:
     ``memory_mb * max_processes`` (16 GiB by default, and only by forking on purpose); a memory cgroup
     would bound the sum but is not used (it needs write access to the host's cgroup tree)."""
 
-    timeout_s: float = contract.VERIFIER.code_timeout_s
+    timeout_s: float = settings.VERIFIER.code_timeout_s
     memory_mb: int = 1024
     max_processes: int = 16
     file_size_mb: int = 16

@@ -69,7 +69,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from balagg import contract, settings
 from balagg.data.sources import SOURCES
 from balagg.completion_lengths import CompletionLengths
-from balagg.aggregators import MICRO_BATCH_RULES, canonical_rule
+from balagg.aggregators import MICRO_BATCH_RULES
 from balagg.train.config import CellConfig
 
 MEASURED_RATE = ("gpu_smoke.json", "probe-7b", "tokens_per_s")
@@ -128,7 +128,7 @@ class ModelFigures:
         """Expected completion width of a training micro-batch of a cell with ``aggregator``."""
         if not self.trim:
             return self.untrimmed_width
-        if self.sort and canonical_rule(aggregator) not in MICRO_BATCH_RULES:
+        if self.sort and aggregator not in MICRO_BATCH_RULES:
             return self.lengths.expected_sorted_width(self.step_rows, self.micro_batch_size)
         return self.unsorted_width
 

@@ -160,13 +160,10 @@ class Campaign:
 
 def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
     """Aggregators in the order of :data:`balagg.aggregation.RULES` (unknown names last, sorted)."""
-    from balagg.aggregators import RULES, canonical_rule
+    from balagg.aggregators import RULES
 
     def rank(name: str) -> tuple[int, str]:
-        try:
-            return (RULES.index(canonical_rule(name)), name)
-        except ValueError:
-            return (len(RULES), name)
+        return (RULES.index(name) if name in RULES else len(RULES), name)
 
     return tuple(sorted(set(names), key=rank))
 

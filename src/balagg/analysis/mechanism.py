@@ -30,7 +30,6 @@ from matplotlib.figure import Figure
 from balagg.analysis.campaign import MEAN, Campaign
 from balagg.analysis.plotting import aggregator_colors, aggregator_styles, mark_missing
 from balagg.analysis.summarise import ACC, smooth
-from balagg.aggregators import canonical_rule
 
 __all__ = ["MECHANISM_METRICS", "mechanism_frame", "mechanism_curves", "mechanism_summary", "make_figure",
            "ENGAGED_ABOVE", "ENGAGED_BELOW"]
@@ -49,8 +48,7 @@ def mechanism_frame(campaign: Campaign) -> pd.DataFrame:
     """One row per (cell, logged step): ``model, dataset, aggregator, seed, step`` and
     :data:`MECHANISM_METRICS` (module doc). Cells whose rule logged no side weights get NaN."""
     parts = []
-    for aggregator, train in campaign.train.groupby("aggregator", sort=False):
-        rule = canonical_rule(aggregator)
+    for rule, train in campaign.train.groupby("aggregator", sort=False):  # canonical names (CellConfig's)
         pos, neg = _column(train, f"side_weight/{rule}/pos"), _column(train, f"side_weight/{rule}/neg")
         total = pos + neg
         long_, short = _column(train, f"token_weight/{rule}/pos_long"), _column(train, f"token_weight/{rule}/pos_short")

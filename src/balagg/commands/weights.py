@@ -36,8 +36,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from balagg.aggregation import (DEFAULT_SCOPES, MICRO_BATCH_RULES, RULES, aggregation_weights, group_advantages,
-                                    length_diagnostics)
+    from balagg.aggregation import aggregation_weights, group_advantages, length_diagnostics
+    from balagg.aggregators import AGGREGATORS
 
     if len(args.rewards) != len(args.lengths):
         raise ValueError(f"got {len(args.rewards)} rewards but {len(args.lengths)} lengths")
@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     print("weight per 1000 tokens of each response; side totals = sum of w * length * |A|")
     print(f"{'rule':<20} {'scope':<6} " + " ".join(f"{f'w[{i}]':>8}" for i in range(len(groups)))
           + f" {'pos':>8} {'neg':>8} {'pos/neg':>8}")
-    for rule in (r for r in RULES if r not in MICRO_BATCH_RULES):  # those need a micro-batch split
-        scope = DEFAULT_SCOPES[rule]
+    for rule, scope in ((r.name, r.default_scope) for r in AGGREGATORS if not r.needs_micro_batches):
         weights = aggregation_weights(rule, args.lengths, advantages, groups, scope=scope, max_length=max_length)
         pos = diagnostics[f"side_weight/{rule}/pos"]
         neg = diagnostics[f"side_weight/{rule}/neg"]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
-from balagg.cli import COMMAND_MODULES, main
+import pytest
+
+from balagg.cli import COMMAND_MODULES, build_parser, main
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -98,3 +101,25 @@ exit_without_teardown(4, thread_grace_s=1.0)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert result.returncode == 4
     assert "stuck-engine-thread" in result.stderr and "\n" not in result.stderr.strip()
+
+
+def test_generate_has_one_flag_per_generation_setting_under_the_names_the_workflow_passes():
+    """The flags are GenerationConfig's fields (balagg.config_flags): defaults, types, choices and the
+    older spellings (--threads, --kv-cache-bytes) included."""
+    from balagg.config_flags import config_from_args
+    from balagg.evaluation.generation.requests import GenerationConfig
+
+    generate = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["generate"]
+    required = ["--checkpoint", "c", "--benchmarks-dir", "b", "--benchmarks", "math500", "--out", "o"]
+    assert config_from_args(GenerationConfig, generate.parse_args(required)) == GenerationConfig()
+    args = generate.parse_args([*required, "--n", "8", "--temperature", "0", "--top-p", "0.5", "--max-tokens", "9",
+                                "--seed", "3", "--batch-size", "2", "--prompt-style", "plain", "--enable-thinking",
+                                "false", "--answer-format", "answer-line", "--max-position-embeddings", "64",
+                                "--threads", "3", "--kv-cache-bytes", "5", "--enforce-eager"])
+    assert config_from_args(GenerationConfig, args) == GenerationConfig(
+        n=8, temperature=0.0, top_p=0.5, max_tokens=9, seed=3, batch_size=2, prompt_style="plain",
+        enable_thinking=False, answer_format="answer-line", max_position_embeddings=64, num_threads=3,
+        kv_cache_memory_bytes=5, enforce_eager=True)
+    for bad in (["--enable-thinking", "maybe"], ["--backend", "tpu"], ["--n", "two"]):
+        with pytest.raises(SystemExit):
+            generate.parse_args([*required, *bad])

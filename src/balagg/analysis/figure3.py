@@ -29,13 +29,13 @@ def caption(smoothing: int, cv_metric: str) -> str:
 def make_figure(campaign: Campaign, smoothing: int = settings.ANALYSIS.smoothing,
                 cv_metric: str = "len_cv") -> Figure:
     rows = {cv_metric: ROWS.get(cv_metric, cv_metric), "len_gap": ROWS["len_gap"]}
-    settings = [(m, d) for d in campaign.datasets for m in campaign.models]
+    columns = [(m, d) for d in campaign.datasets for m in campaign.models]  # one per model and dataset
     colors = aggregator_colors(campaign.aggregators)
-    figure = Figure(figsize=(3.8 * len(settings), 6.0), layout="constrained")
-    axes = figure.subplots(len(rows), len(settings), squeeze=False, sharex="col")
+    figure = Figure(figsize=(3.8 * len(columns), 6.0), layout="constrained")
+    axes = figure.subplots(len(rows), len(columns), squeeze=False, sharex="col")
     for r, (metric, label) in enumerate(rows.items()):
         curves = train_curves(campaign, metric)
-        for c, (model, dataset) in enumerate(settings):
+        for c, (model, dataset) in enumerate(columns):
             ax = axes[r][c]
             mine = curves[(curves.model == model) & (curves.dataset == dataset)]
             mark_missing(ax, plot_training_lines(ax, mine, campaign.aggregators, colors, smoothing))

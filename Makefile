@@ -46,7 +46,7 @@ $(TEST_STAMP): $(STAMP)
 # Workflow rules call `python -m balagg`, so the venv goes first on PATH. The workflow profile
 # (profiles/default/config.yaml) applies here as to any snakemake call: run: rules in Snakemake's process.
 # `balagg jobserver` imports torch, transformers, TRL and MLflow once and forks each `python -m balagg`
-# job from it instead of letting every job import them again (balagg.jobserver; docs/performance.md).
+# job from it instead of letting every job import them again (docs/jobserver.md).
 demo: $(STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null  # every job imports src/: compile it once, not per job
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m balagg jobserver --log results/default/logs/jobserver.log -- $(BIN)/snakemake --cores $(CORES) --quiet progress

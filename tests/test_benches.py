@@ -51,7 +51,7 @@ def campaign_with_benchmarks(root: Path) -> Path:
         record = BenchmarkRecord(running_time=seconds, cpu_time=seconds / 2)
         record.data_collected = True
         write_benchmark_records([record], str(path), extended_fmt=False)
-    from balagg.jobserver import THREAD_ENV
+    from balagg.jobserver.server import THREAD_ENV
 
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **dict.fromkeys(THREAD_ENV, "1")}  # as Snakemake sets them
     served = subprocess.run(

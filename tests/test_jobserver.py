@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from balagg.jobserver import PRELOAD, SOCKET_ENV, THREAD_ENV, import_time_env, refusal
+from balagg.jobserver import SOCKET_ENV
+from balagg.jobserver.server import PRELOAD, THREAD_ENV, import_time_env, refusal
 
 ONE_THREAD = {name: "1" for name in THREAD_ENV}
 WEIGHTS = "weights --rewards 1,0,0,1,0,1,0,0 --lengths 10,30,50,20,40,60,30,90 --groups 0,0,0,0,1,1,1,1"
@@ -274,7 +275,8 @@ def test_a_server_that_goes_away_without_answering_fails_the_job_instead_of_runn
 def test_clients_still_queued_when_the_command_ends_are_refused_and_run_their_jobs_themselves(tmp_path):
     import socket
 
-    from balagg.jobserver import _receive, _refuse_waiting, _send
+    from balagg.jobserver.protocol import receive, send
+    from balagg.jobserver.server import _refuse_waiting
 
     path = str(tmp_path / "s.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -282,17 +284,35 @@ def test_clients_still_queued_when_the_command_ends_are_refused_and_run_their_jo
     listener.listen(4)
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.connect(path)
-    _send(client, {"argv": ["balagg", "curve"], "fds": [0, 1, 2]}, [0, 1, 2])
+    send(client, {"argv": ["balagg", "curve"], "fds": [0, 1, 2]}, [0, 1, 2])
     _refuse_waiting(listener, "the command has ended")
-    reply, _ = _receive(client)
+    reply, _ = receive(client)
     assert reply == {"refused": "the command has ended"}
     listener.close()
 
 
 def test_a_command_that_cannot_start_leaves_no_socket_behind(tmp_path, monkeypatch):
-    from balagg.jobserver import serve as serve_command
+    from balagg.jobserver.server import serve as serve_command
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     with pytest.raises(FileNotFoundError):
         serve_command([str(tmp_path / "no-such-command")])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_command_run_without_a_server_loads_none_of_its_code(tmp_path):
+    """Without ``SOCKET_ENV`` set, ``python -m balagg`` reads one constant from the package and imports
+    neither the client nor the server: the job server is not a step that every command passes through."""
+    probe = ("import atexit, runpy, sys\n"
+             "def report():\n"
+             "    package = sys.modules.get('balagg.jobserver')\n"
+             "    code = sorted(n for n, v in vars(package).items() if callable(v) and not n.startswith('_'))\n"
+             "    print(sorted(m for m in sys.modules if m.startswith('balagg.jobserver')), code, file=sys.stderr)\n"
+             "atexit.register(report)\n"
+             "sys.argv = ['balagg', 'curve', '--help']\n"
+             "runpy.run_module('balagg', run_name='__main__')\n")
+    env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.strip().splitlines()[-1] == "['balagg.jobserver'] []"

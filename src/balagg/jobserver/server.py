@@ -1,43 +1,14 @@
-"""A local fork server for ``python -m balagg`` jobs: import the heavy stack once, fork one child per job.
-
-Why: a workflow job of the embedded default does about as much work as it spends importing torch,
-transformers, TRL and MLflow, in every one of its Python jobs (bench/startup.py measures the start-up,
-bench/demo.py a campaign's served jobs; docs/performance.md). Under
-``python -m balagg jobserver -- COMMAND`` (what ``make demo`` runs around Snakemake), every
-``python -m balagg ARGS`` that COMMAND starts, however deep, hands its work to a child forked from a
-process that has imported those packages already. The job runs the same ``balagg.cli.main(ARGS)`` as
-it would in its own process; only the start-up is shared. The Slurm profile and plain ``snakemake``
-runs do not use it.
-
-Contract, for the process that Snakemake started (the *client*, ``python -m balagg ARGS``):
-
-- its stdin, stdout and stderr (the file descriptors themselves), working directory, environment,
-  ``sys.argv``, ``sys.path`` and umask become the job's;
-- its exit status is the job's: an exit code, or death by the same signal when the job died of one;
-- SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to it are sent on to the job; if it dies (``kill -9``), the
-  server kills the job, so a killed job is a killed job, as without the server;
-- it runs the job itself, in its own process, whenever the server cannot take it: no server at
-  ``BALAGG_JOB_SERVER``, another interpreter, or an environment variable that the preloaded packages
-  read when they are imported (``IMPORT_TIME_ENV``) that differs from the server's, such as a thread
-  count other than Snakemake's default of 1 or a Slurm job's id. Nothing is done twice: the client
-  runs the job itself only when it could not connect or the server said no (before forking anything);
-  a server that goes away without an answer is an error (exit 1), not a reason to run it again.
-
-The server forks only while it has a single thread, resets in the child what a fresh interpreter
-would have (signal handlers, logging's root handlers, the temp-dir cache, the process group), and
-never imports balagg's own pipeline modules, which each job imports for itself.
-"""
+"""The server side: ``python -m balagg jobserver -- COMMAND`` imports the heavy stack once, runs COMMAND
+with :data:`SOCKET_ENV` set, and forks one child per job a client offers (see :mod:`balagg.jobserver`)."""
 
 from __future__ import annotations
 
 import gc
 import importlib
-import json
 import os
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -46,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 
 from balagg.errors import exit_status
+from balagg.jobserver import SOCKET_ENV
+from balagg.jobserver.protocol import MAX_FDS, all_fds, receive, send
 
-SOCKET_ENV = "BALAGG_JOB_SERVER"
-"""The environment variable that names the server's Unix socket (set for COMMAND by :func:`serve`)."""
 
 PRELOAD: tuple[str, ...] = (
     "torch",
@@ -86,135 +57,12 @@ own copy of balagg, and a preloaded package only if the job's ``sys.path`` finds
 
 UNCOMPARED_ENV: tuple[str, ...] = (SOCKET_ENV, "PYTHONPATH")
 
-MAX_FDS = 64
-"""A client with more inheritable descriptors than this runs its job itself."""
-
-_HEADER = struct.Struct("!I")
-
-
 def import_time_env(environ) -> dict[str, str]:
     """The variables of ``environ`` that :data:`IMPORT_TIME_ENV` names, but :data:`UNCOMPARED_ENV`."""
     return {key: value for key, value in environ.items()
             if key.startswith(IMPORT_TIME_ENV) and key not in UNCOMPARED_ENV}
 
 
-def _send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
-    data = json.dumps(message).encode()
-    payload = _HEADER.pack(len(data)) + data
-    if fds:
-        socket.send_fds(sock, [payload], fds)
-    else:
-        sock.sendall(payload)
-
-
-def _receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict | None, list[int]]:
-    """One message (and up to ``max_fds`` descriptors); ``(None, [])`` when the peer has gone."""
-    if max_fds:
-        chunk, fds, _flags, _address = socket.recv_fds(sock, 65536, max_fds)
-    else:
-        chunk, fds = sock.recv(65536), []
-    buffer = bytearray(chunk)
-    if not buffer:
-        return None, fds
-    while len(buffer) < _HEADER.size or len(buffer) < _HEADER.size + _HEADER.unpack_from(buffer)[0]:
-        more = sock.recv(65536)
-        if not more:
-            return None, fds
-        buffer += more
-    (size,) = _HEADER.unpack_from(buffer)
-    return json.loads(buffer[_HEADER.size:_HEADER.size + size]), fds
-
-
-# ---- the client: python -m balagg ARGS --------------------------------------------------------------
-
-def run_through_server(argv: list[str]) -> int | None:
-    """Run ``argv`` (``sys.argv``) as a job of the server named by :data:`SOCKET_ENV`.
-
-    Returns the job's exit code, dies by the job's signal when it died of one, or returns ``None``
-    (nothing has run) when there is no server or it refused the job: the caller then runs it itself.
-    """
-    path = os.environ.get(SOCKET_ENV)
-    if not path or argv[1:2] == ["jobserver"]:
-        return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(path)
-        fds = inherited_fds(exclude=sock.fileno())
-        if len(fds) > MAX_FDS:
-            sock.close()
-            return None
-        request = {"argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ), "path": list(sys.path),
-                   "executable": sys.executable, "umask": _current_umask(), "fds": fds}
-        _send(sock, request, fds)
-        reply, _ = _receive(sock)
-    except OSError:
-        sock.close()
-        return None
-    if reply is None:  # the server went away after taking the request: it may have started the job
-        print(f"error: the balagg job server ({path}) went away before answering; job not run here",
-              file=sys.stderr)
-        return 1
-    if "pid" not in reply:  # refused: nothing has run
-        sock.close()
-        return None
-    return _wait_for_job(sock, reply["pid"])
-
-
-def inherited_fds(exclude: int = -1) -> list[int]:
-    """This process's open descriptors that a program it executed would inherit (0, 1, 2 and any
-    other non-close-on-exec one, such as the train launcher's lock), in order."""
-    fds = []
-    for fd in _all_fds():
-        try:
-            if fd != exclude and os.get_inheritable(fd):
-                fds.append(fd)
-        except OSError:  # the descriptor of the listing itself, closed by now
-            continue
-    return sorted(fds)
-
-
-def _all_fds() -> list[int]:
-    """Every open descriptor (one of them the listing's own, closed by the time it is returned)."""
-    return [int(name) for name in os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd")]
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _wait_for_job(sock: socket.socket, pid: int) -> int:
-    """Forward signals to the job ``pid`` until the server reports its status."""
-    def forward(signum, _frame):
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(signum, forward)
-    while True:
-        try:
-            reply, _ = _receive(sock)
-            break
-        except InterruptedError:
-            continue
-    if reply is None:  # the server died: the job must not go on without anyone waiting for it
-        forward(signal.SIGKILL, None)
-        print(f"error: the balagg job server ({os.environ.get(SOCKET_ENV)}) went away; job {pid} killed",
-              file=sys.stderr)
-        return 1
-    status = int(reply["status"])
-    if status < 0:  # died of a signal: so does the client, as a job run without the server would
-        if -status not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
-            signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
-        time.sleep(1)
-    return exit_status(status)
-
-
-# ---- the server: python -m balagg jobserver -- COMMAND ---------------------------------------------
 
 @dataclass
 class _Job:
@@ -420,7 +268,7 @@ def _serve_until(process: subprocess.Popen, listener: socket.socket, server_stat
             note(f"job {job.pid} ended ({status}) after {time.monotonic() - job.started:.1f} s, "
                  f"{usage.ru_utime + usage.ru_stime:.1f} CPU s: {' '.join(job.argv[1:])}")
             try:
-                _send(conn, {"status": status})
+                send(conn, {"status": status})
             except OSError:
                 pass
             if conn in selector.get_map():
@@ -440,7 +288,7 @@ def _refuse_waiting(listener: socket.socket, reason: str) -> None:
             return
         conn.setblocking(True)
         try:
-            _request, fds = _receive(conn, max_fds=MAX_FDS)
+            _request, fds = receive(conn, max_fds=MAX_FDS)
             for fd in fds:
                 os.close(fd)
         except (OSError, ValueError):
@@ -451,7 +299,7 @@ def _refuse_waiting(listener: socket.socket, reason: str) -> None:
 
 def _refuse(conn: socket.socket, reason: str) -> None:
     try:
-        _send(conn, {"refused": reason})
+        send(conn, {"refused": reason})
     except OSError:
         pass
 
@@ -466,7 +314,7 @@ def _kill(pid: int) -> None:
 
 def _start_job(conn, listener, jobs, server_state, set_by_imports, note) -> _Job | None:
     try:
-        request, fds = _receive(conn, max_fds=MAX_FDS)
+        request, fds = receive(conn, max_fds=MAX_FDS)
     except (OSError, ValueError) as error:
         note(f"bad request: {error}")
         return None
@@ -505,7 +353,7 @@ def _start_job(conn, listener, jobs, server_state, set_by_imports, note) -> _Job
     for fd in fds:
         os.close(fd)
     try:
-        _send(conn, {"pid": pid})
+        send(conn, {"pid": pid})
     except OSError:  # the client is gone already: the selector sees it and the job is killed
         pass
     note(f"job {pid} started: {' '.join(request['argv'][1:])}")
@@ -529,7 +377,7 @@ def _become_job(request: dict, fds: list[int], set_by_imports: dict[str, str]) -
     keep = set(request["fds"])
     # What exec would close: the copies above and the server's own descriptors (its log, its selector;
     # the objects that own them live in the server's frames below this one, never finalised here).
-    for fd in _all_fds():
+    for fd in all_fds():
         if fd not in keep:
             try:
                 os.close(fd)

@@ -22,8 +22,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from balagg import contract
 from balagg.analysis.campaign import MEAN, METRICS, UNPARSABLE_GOLDS, Campaign
+from balagg.benchmarks import benchmark_order
 
 __all__ = ["peak_and_last", "peak_and_last_of_group", "train_curves", "smooth", "SUMMARY_COLUMNS", "ACC", "BEST",
            "BEST_BOOTSTRAP"]
@@ -129,7 +129,7 @@ def _unparsable_golds(evals: pd.DataFrame, benchmark: str) -> dict[str, int]:
     in the paper's order; benchmarks without any are left out."""
     rows = evals[(evals.benchmark != MEAN) & ((benchmark == MEAN) | (evals.benchmark == benchmark))]
     counts = rows.groupby("benchmark")[UNPARSABLE_GOLDS].max().dropna()
-    return {name: int(counts[name]) for name in contract.benchmark_order(counts.index) if counts[name] > 0}
+    return {name: int(counts[name]) for name in benchmark_order(counts.index) if counts[name] > 0}
 
 
 def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> pd.DataFrame:

@@ -118,10 +118,11 @@ CHECKPOINT_DATASET = "(checkpoint)"
 
 def checkpoint_row(record_path: Path) -> dict:
     """Table 1's row of one external checkpoint from its ``checkpoint.json`` and the curve beside it."""
-    from balagg import checkpoints, contract
+    from balagg import checkpoints
     from balagg.analysis.campaign import read_curve
     from balagg.analysis.uncertainty import read_scores, stratified_mean_se
     from balagg.analysis.summarise import SUMMARY_COLUMNS
+    from balagg.layout import CURVE_FILE, EVAL_DIR, SCORES_FILE, eval_step_relpath
 
     record_path = Path(record_path)
     record = json.loads(record_path.read_text())
@@ -129,7 +130,7 @@ def checkpoint_row(record_path: Path) -> dict:
     row.update({"dataset": CHECKPOINT_DATASET, "model": record["name"], "aggregator": checkpoints.label(record),
                 "benchmark": MEAN, "n_seeds": 1, "n_seeds_grid": 1, "note": "",
                 "source": record["source"], "revision": record.get("revision"), "commit": record.get("commit")})
-    curve = pd.DataFrame(read_curve(record_path.parent / contract.EVAL_DIR / contract.CURVE_FILE))
+    curve = pd.DataFrame(read_curve(record_path.parent / EVAL_DIR / CURVE_FILE))
     mean = curve[curve.benchmark == MEAN].set_index("step").sort_index() if len(curve) else curve
     expected = sorted(int(step) for step in record.get("steps", {}))
     if mean.empty:
@@ -141,7 +142,7 @@ def checkpoint_row(record_path: Path) -> dict:
     trained = [step for step in mean.index if step > 0] or list(mean.index)
 
     def se(step: int, metric: str) -> float:
-        scores = record_path.parent / contract.eval_step_relpath(step, contract.SCORES_FILE)
+        scores = record_path.parent / eval_step_relpath(step, SCORES_FILE)
         if not scores.is_file():
             return math.nan
         frame = pd.DataFrame(read_scores(scores))

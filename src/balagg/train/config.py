@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from balagg import contract
-from balagg.prompts import ANSWER_FORMATS, PromptFormat
+from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, PromptFormat, check_template
 from balagg.rules import DEFAULT_SCOPES, SCOPES, canonical_rule
 
 OPERATIONAL_FIELDS = ("time_limit_minutes", "collective_timeout_minutes", "mlflow_tracking_uri", "mlflow_experiment")
@@ -51,10 +51,10 @@ class CellConfig:
     max_position_embeddings: int | None = None  # context override (balagg.context); None: the model's own
 
     # prompt and reward
-    prompt_template: str = contract.MATH_TEMPLATE  # the user turn, rendered by balagg.contract.render_prompt
+    prompt_template: str = MATH_TEMPLATE  # the user turn, rendered by balagg.prompts.render_prompt
     use_chat_template: bool = True
     enable_thinking: bool | None = None  # chat template switch (Qwen3); None: the template's default
-    answer_format: str = contract.DEFAULT_ANSWER_FORMAT  # one of contract.ANSWER_FORMATS (balagg.prompts.answer_for_verifier)
+    answer_format: str = DEFAULT_ANSWER_FORMAT  # one of balagg.prompts.ANSWER_FORMATS (balagg.prompts.answer_for_verifier)
     reward_correct: float = 1.0
     reward_incorrect: float = -1.0  # DAPO's +-1
     overlong_buffer_enabled: bool = True
@@ -138,7 +138,7 @@ class CellConfig:
             self.output_name = f"{self.model_name}/{self.dataset_name}/{self.aggregator}/seed{self.seed}"
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"cell config: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
-        contract.check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
+        check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
         positive = ("num_generations", "prompts_per_step", "mini_batches", "micro_batch_size", "num_iterations",
                     "max_prompt_length", "max_completion_length", "total_steps", "save_every", "keep_checkpoints",
                     "num_processes", "torch_threads", "verifier_workers")

@@ -24,8 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from balagg import contract
 from balagg.context import prepare_model
+from balagg.layout import CONTEXT_FILE, DISTRIBUTED_FILE, RESUMABLE_PREFIX
+from balagg.prompts import load_tokenizer
 from balagg.tracking import Tracker, cell_run_tags
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.errors import checkpoint_write_error
@@ -139,7 +140,7 @@ def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path,
     except (OSError, ValueError):
         verifier = {"spec": cell.verifier, "timeouts": None, "errors": None}
     # what the training attempts recorded (nothing is loaded or launched here)
-    context, distributed = (_read_record(cell_dir.root / name) for name in (contract.CONTEXT_FILE, contract.DISTRIBUTED_FILE))
+    context, distributed = (_read_record(cell_dir.root / name) for name in (CONTEXT_FILE, DISTRIBUTED_FILE))
     return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
 
 
@@ -223,7 +224,7 @@ def _start_point(cell: CellConfig, cell_dir: CellDir) -> tuple[Path | None, int]
             cell_dir.metrics.unlink(missing_ok=True)
         log.info("cell %s: fresh start (config %s)", cell.output_name, cell.config_hash())
         return None, 0
-    step = int(resume.name.removeprefix(contract.RESUMABLE_PREFIX))
+    step = int(resume.name.removeprefix(RESUMABLE_PREFIX))
     if main_process:
         truncate_metrics(cell_dir.metrics, step)
     return resume, step
@@ -262,7 +263,7 @@ def _build_trainer(cell: CellConfig, cell_dir: CellDir, model_path, reward, trac
     from balagg.train.deadline import StopGuard
     from balagg.train.trainer import AggregatedGRPOTrainer
 
-    tokenizer = contract.load_tokenizer(cell.tokenizer)
+    tokenizer = load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     dataset = build_prompts(cell, tokenizer)
@@ -312,8 +313,8 @@ def _record_start(cell: CellConfig, cell_dir: CellDir, tracker: Tracker, context
     """Before any step (the main process): the context and distributed records, so that a job killed after
     its last checkpoint, whose rerun only writes the manifest (_finished_manifest), still has what this
     attempt checked and ran on; and the MLflow run, the cell's stored one continued."""
-    write_json(cell_dir.root / contract.CONTEXT_FILE, context)
-    write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
+    write_json(cell_dir.root / CONTEXT_FILE, context)
+    write_json(cell_dir.root / DISTRIBUTED_FILE, distributed)
     stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
     run_id = tracker.start(
         experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from balagg import contract
-from balagg.prompts import ANSWER_FORMATS
+from balagg.prompts import ANSWER_FORMATS, CODE_TEMPLATE, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, check_template
 
 BACKENDS = ("auto", "vllm", "transformers")
 PROMPT_STYLES = ("auto", "chat", "plain")
@@ -31,9 +31,9 @@ class GenerationConfig:
     prompt_style: str = "auto"  # chat template if the tokenizer has one, else the plain template
     system_prompt: str | None = None  # chat style only
     enable_thinking: bool | None = None  # chat style: passed to the chat template (Qwen3), as in training
-    answer_format: str = contract.DEFAULT_ANSWER_FORMAT  # what the math prompt asks for; scoring extracts that (balagg.prompts)
-    math_template: str = contract.MATH_TEMPLATE
-    code_template: str = contract.CODE_TEMPLATE
+    answer_format: str = DEFAULT_ANSWER_FORMAT  # what the math prompt asks for; scoring extracts that (balagg.prompts)
+    math_template: str = MATH_TEMPLATE
+    code_template: str = CODE_TEMPLATE
     backend: str = "auto"
     dtype: str = "auto"  # torch dtype name, or auto (the checkpoint's)
     max_model_len: int | None = None  # default: the model's max_position_embeddings
@@ -61,8 +61,8 @@ class GenerationConfig:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
-        contract.check_template(self.math_template, ("problem",), "math_template")
-        contract.check_template(self.code_template, ("problem",), "code_template")
+        check_template(self.math_template, ("problem",), "math_template")
+        check_template(self.code_template, ("problem",), "code_template")
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
 

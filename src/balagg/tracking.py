@@ -152,7 +152,7 @@ ANALYSIS_RUN_NAME = "analysis"
 EXPERIMENT_TAGS = {
     # MLflow 3's UI reads an experiment's kind from this tag (mlflow/server/js: ExperimentKind);
     # "custom_model_development" is model training. The UI still opens #/experiments/<id> on the GenAI
-    # traces overview, so the printed link is #/experiments/<id>/runs (balagg summary).
+    # traces overview, so the printed link is #/experiments/<id>/runs (balagg results).
     "mlflow.experimentKind": "custom_model_development",
     "mlflow.note.content": (
         "One run per grid cell, named model/dataset/aggregator/seedN and tagged model, dataset, aggregator, "

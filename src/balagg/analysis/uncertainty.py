@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from balagg.analysis.campaign import Campaign, CellKey
-from balagg.analysis.summarise import ACC, BEST, last_column, peak_column
+from balagg.analysis.seed_means import ACC, BEST, last_column, peak_column
 from balagg.io import read_jsonl_lines
 from balagg.layout import INITIAL_RUN, SCORES_FILE, eval_step_relpath
 

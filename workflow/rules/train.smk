@@ -28,7 +28,7 @@ GPU_ALLOCATOR_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
 
 rule train:
     """GRPO on TRL with the cell's aggregation rule; resumes from the newest complete checkpoint.
-    `--launch` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
+    `balagg train` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
     input:
         cell=f"{CELL}/{layout.CELL_CONFIG_FILE}",
         data=lambda wildcards: data_path(wildcards.model, "train", wildcards.dataset),
@@ -57,5 +57,5 @@ rule train:
     conda:
         "../../envs/gpu.yaml"
     shell:
-        "{params.allocator}python -m balagg train --launch --cell {input.cell} --workdir {params.workdir}"
+        "{params.allocator}python -m balagg train --cell {input.cell} --workdir {params.workdir}"
         " --out {output.manifest} {params.stale} > {log} 2>&1"

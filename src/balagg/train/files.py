@@ -19,6 +19,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -173,3 +174,12 @@ def append_metrics(path: str | Path, row: dict[str, Any]) -> None:
             os.fsync(handle.fileno())
     except OSError as error:
         raise with_filename(error, path) from error
+
+
+def remove_paths(paths: list[str]) -> None:
+    """Remove each file or folder (missing ones are fine)."""
+    for path in map(Path, paths):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)

@@ -31,8 +31,7 @@ from balagg.tracking import Tracker, cell_run_tags
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
-from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, truncate_metrics
-from balagg.train.launch import distributed_report, remove_paths
+from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, remove_paths, truncate_metrics
 from balagg.train.vllm_cpu import adapt_colocated_sync
 
 log = logging.getLogger("balagg.train")
@@ -101,6 +100,30 @@ def _holds_lock(cell_dir: CellDir) -> bool:
     return os.environ.get(LOCKED_ENV) != str(cell_dir.root.resolve()) and _main_process()
 
 
+def distributed_report(accelerator, accelerate_config: str | None) -> dict:
+    """What the launched job really runs, next to what its accelerate config asked for.
+
+    accelerate turns a config's FSDP into FSDP only on accelerator backends: on CPU (gloo) the same
+    ``accelerate launch`` runs plain DDP (MULTI_CPU) without saying so. The manifest records both and
+    ``fell_back`` says when they differ, so a rehearsal on CPU never passes for an FSDP run."""
+    import yaml
+
+    requested = None
+    if accelerate_config:
+        requested = str((yaml.safe_load(Path(accelerate_config).read_text()) or {}).get("distributed_type"))
+    actual = getattr(accelerator.distributed_type, "value", str(accelerator.distributed_type))
+    fsdp_plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    return {
+        "requested": requested,
+        "distributed_type": actual,
+        "fsdp_version": getattr(fsdp_plugin, "fsdp_version", None) if actual == "FSDP" else None,
+        "num_processes": accelerator.num_processes,
+        "device": accelerator.device.type,
+        "mixed_precision": accelerator.mixed_precision,
+        "fell_back": requested is not None and requested != actual,
+    }
+
+
 def disable_hub_telemetry() -> None:
     """No usage ping from TRL's trainer to the Hugging Face Hub unless ``HF_HUB_DISABLE_TELEMETRY`` says
     otherwise. huggingface_hub reads the variable once, at import, which has happened by now (and in the
@@ -109,6 +132,19 @@ def disable_hub_telemetry() -> None:
     from huggingface_hub import constants
 
     constants.HF_HUB_DISABLE_TELEMETRY = os.environ["HF_HUB_DISABLE_TELEMETRY"].upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def train(cell: CellConfig, workdir: str | Path, manifest_path: str | Path, invalidate: list[str] = ()) -> int:
+    """:func:`run_cell` as an exit status: 0 trained, :data:`~balagg.train.deadline.EXIT_RESUMABLE` stopped
+    early at a resumable checkpoint (the reason on stderr)."""
+    from balagg.train.deadline import EXIT_RESUMABLE, TrainingStopped
+
+    try:
+        run_cell(cell, workdir, manifest_path, invalidate=invalidate)
+    except TrainingStopped as stopped:
+        print(f"{workdir}: {stopped}", file=sys.stderr)
+        return EXIT_RESUMABLE
+    return 0
 
 
 def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path,

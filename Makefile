@@ -50,7 +50,7 @@ $(TEST_STAMP): $(STAMP)
 demo: $(STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null  # every job imports src/: compile it once, not per job
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m balagg jobserver --log results/default/logs/jobserver.log -- $(BIN)/snakemake --cores $(CORES) --quiet progress
-	@$(BIN)/python -m balagg summary --campaign-dir results/default
+	@$(BIN)/python -m balagg results --campaign-dir results/default
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist), one test module per worker at a time
 # (--dist loadfile), so a module's fixtures (a pipeline run, a trained cell) are built once. Most tests

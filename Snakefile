@@ -47,7 +47,7 @@ wildcard_constraints:
     seed=r"\d+",
     step=r"\d{6}",
     kind=r"train|bench",
-    family="|".join(contract.TINYWORLD_FAMILIES[1:]),  # a family folder (the default family has none)
+    family="|".join(layout.TINYWORLD_FAMILIES[1:]),  # a family folder (the default family has none)
     run=RUN_PATTERN,
 
 

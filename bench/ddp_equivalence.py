@@ -24,7 +24,7 @@ torch.set_num_threads(1)
 import trl
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
-from balagg.contract import load_tokenizer
+from balagg.prompts import load_tokenizer
 from balagg.train.trainer import AggregatedGRPOTrainer
 model_dir, loss_type, rule, out, steps = sys.argv[1:6]
 def parity(completions, **_):

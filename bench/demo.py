@@ -48,13 +48,13 @@ SERVED = re.compile(r"job \d+ ended \((-?\d+)\) after ([\d.]+) s, ([\d.]+) CPU s
 
 
 def served_by_command(log: Path) -> dict[str, dict[str, float]]:
-    """``{command: {"jobs", "wall_s", "cpu_s"}}`` of the jobs the job server ran (``train --launch``,
-    the launcher, apart from the trainer it starts)."""
+    """``{command: {"jobs", "wall_s", "cpu_s"}}`` of the jobs the job server ran (``train``, the launcher,
+    apart from the ``train-worker`` processes it starts for a cell of several)."""
     totals: dict[str, dict[str, float]] = defaultdict(lambda: {"jobs": 0, "wall_s": 0.0, "cpu_s": 0.0})
     for line in log.read_text().splitlines():
         match = SERVED.search(line)
         if match:
-            command = match.group(4) + (" --launch" if " --launch " in match.group(5) + " " else "")
+            command = match.group(4)
             entry = totals[command]
             entry["jobs"] += 1
             entry["wall_s"] += float(match.group(2))

@@ -34,7 +34,7 @@ def main() -> None:
     import torch
 
     from balagg.data import read_jsonl, write_jsonl
-    from balagg.contract import load_tokenizer
+    from balagg.prompts import load_tokenizer
     from balagg.evaluation.generation.generate import generate, make_backend, model_context_length, stop_token_ids
     from balagg.evaluation.generation.requests import GenerationConfig
     from tiny_checkpoint import build_checkpoint

@@ -11,8 +11,8 @@ Steps (each timed; a failing step is recorded and the others still run), in this
 1. ``build``: a random Qwen2 of Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV, intermediate
    4864) with the tiny world's tokenizer, saved with ``save_pretrained``; tiny-world arithmetic problems
    as training and benchmark files.
-2. ``train-token-agg``, ``train-balanced-agg``: 4 optimiser steps each through ``python -m balagg train
-   --launch`` with ``configs/accelerate/fsdp2.yaml``, bf16 and gradient checkpointing (the paper grid's
+2. ``train-token-agg``, ``train-balanced-agg``: 4 optimiser steps each through ``python -m balagg train``
+   with ``configs/accelerate/fsdp2.yaml``, bf16 and gradient checkpointing (the paper grid's
    launcher); ``train-vllm``: the same with colocated vLLM, where vLLM imports.
 3. ``resume``: the balanced-agg cell loses its last checkpoint and its manifest and is rerun: it must
    resume from step 2 and end at step 4 (``train-vllm`` runs after the evaluation, being the slowest).
@@ -154,7 +154,7 @@ def train(workdir: Path, name: str, spec: dict, timeout: float) -> dict:
     folder = workdir / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "cell.json").write_text(json.dumps(spec, indent=2))
-    seconds = run([sys.executable, "-m", "balagg", "train", "--launch", "--cell", str(folder / "cell.json"),
+    seconds = run([sys.executable, "-m", "balagg", "train", "--cell", str(folder / "cell.json"),
                    "--workdir", str(folder / "train"), "--out", str(folder / "manifest.json")],
                   folder / "train.out", timeout)
     manifest = json.loads((folder / "manifest.json").read_text())

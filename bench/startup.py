@@ -100,7 +100,7 @@ COMMANDS = [
                                     "--benchmarks-dir", "bench", "--workers", "1"]),
     ("curve", "summary.json", ["curve", "--out", "curve.csv", "eval/step-000000/summary.json"]),
     ("track setup", "sqlite", ["track", "setup", "--tracking-uri", "sqlite:///{root}/t.db", "--experiment", "e", "--out", "e.json"]),
-    ("summary", "table1.md", ["summary", "--campaign-dir", "campaign"]),
+    ("results", "table1.md", ["results", "--campaign-dir", "campaign"]),
 ]
 
 
@@ -117,7 +117,7 @@ def measure(root: Path, marker: str, args: list[str]) -> tuple[float, float, str
     return float(stamp) - start, float(cpu), heavy[0] if heavy else ""
 
 
-QUICK = ("--help", "weights", "tinyworld data", "prepare-data", "summary")
+QUICK = ("--help", "weights", "tinyworld data", "prepare-data", "results")
 """The commands of a quick run: those whose fixture needs no model."""
 
 PLAIN_EXIT = "import sys; from balagg.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from balagg.contract import BENCHMARKS
+from balagg.benchmarks import BENCHMARKS
 
 REPO = Path(__file__).resolve().parents[1]
 OFFSETS = (-0.05, -0.03, -0.01, 0.01, 0.03, 0.05)

@@ -13,8 +13,10 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from balagg import checkpoints, contract  # noqa: E402
+from balagg import checkpoints  # noqa: E402
+from balagg.benchmarks import MEAN
 from balagg.cli import main  # noqa: E402
+from balagg.layout import CURVE_FILE, EVAL_DIR, SCORES_FILE, eval_step_relpath
 from balagg.tinyworld.hubcache import build_model, fill_hub_cache, put_snapshot, repo_folder  # noqa: E402
 
 MODEL = "Qwen/Qwen3-1.7B"
@@ -178,13 +180,13 @@ def write_evaluated_run(run: Path, steps: dict[int, float]) -> None:
     """An external checkpoint's curve.csv and scores.jsonl as the workflow writes them (one benchmark)."""
     rows = ["step,benchmark,acc@8,best@8,best@8_bootstrap,n_problems,n_samples,truncation_rate,unparsable_golds"]
     for step, acc in steps.items():
-        for benchmark in ("math500", contract.MEAN):
+        for benchmark in ("math500", MEAN):
             rows.append(f"{step},{benchmark},{acc},{min(1.0, 2 * acc)},{acc},2,16,0.0,0")
-        scores = run / contract.eval_step_relpath(step, contract.SCORES_FILE)
+        scores = run / eval_step_relpath(step, SCORES_FILE)
         scores.parent.mkdir(parents=True, exist_ok=True)
         scores.write_text("".join(json.dumps({"benchmark": "math500", "problem_id": f"p{i}",
                                               "correct": [i == 0] * 4 + [False] * 4}) + "\n" for i in range(2)))
-    (run / contract.EVAL_DIR / contract.CURVE_FILE).write_text("\n".join(rows) + "\n")
+    (run / EVAL_DIR / CURVE_FILE).write_text("\n".join(rows) + "\n")
 
 
 def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):

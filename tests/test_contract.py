@@ -1,4 +1,5 @@
-"""balagg.contract: what the stages share is one value, and every stage reads that value."""
+"""What the stages share (balagg.layout, balagg.benchmarks, balagg.prompts, balagg.settings) is one value,
+and every stage reads that value."""
 
 from __future__ import annotations
 
@@ -13,8 +14,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from balagg import contract, settings
+from balagg import benchmarks, settings
 from balagg.cli import build_parser, main
+from balagg.layout import (
+    SUMMARY_FILE,
+    TINYWORLD_DEFAULT_FAMILY,
+    TINYWORLD_FAMILIES,
+    cell_relpath,
+    checkpoint_relpath,
+    data_file,
+    data_report_file,
+    eval_step_relpath,
+    parse_step_dirname,
+    step_dirname,
+    step_of_path,
+    tinyworld_raw_dir,
+)
+from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, check_template, render_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -36,20 +52,20 @@ def defaults_of(parser: argparse.ArgumentParser) -> dict:
 # ---- one default (balagg.settings), read by the dataclasses and every hand-written command line -------
 
 def test_the_default_familys_files_keep_their_paths_and_another_family_has_its_own_folder():
-    assert contract.data_file("bench", "math500") == contract.data_file("bench", "math500", "chains") == (
+    assert data_file("bench", "math500") == data_file("bench", "math500", "chains") == (
         "data/bench/math500.jsonl")
-    assert contract.data_file("train", "arith", "walks") == "data/walks/train/arith.jsonl"
-    assert contract.data_report_file("bench", "minerva", "walks") == "data/walks/bench/minerva.report.json"
-    assert contract.tinyworld_raw_dir() == contract.tinyworld_raw_dir("chains") == "tinyworld/raw"
-    assert contract.tinyworld_raw_dir("walks") == "tinyworld/walks/raw"
-    assert contract.data_file("{kind}", "{name}", "{family}") == "data/{family}/{kind}/{name}.jsonl"  # a rule's pattern
+    assert data_file("train", "arith", "walks") == "data/walks/train/arith.jsonl"
+    assert data_report_file("bench", "minerva", "walks") == "data/walks/bench/minerva.report.json"
+    assert tinyworld_raw_dir() == tinyworld_raw_dir("chains") == "tinyworld/raw"
+    assert tinyworld_raw_dir("walks") == "tinyworld/walks/raw"
+    assert data_file("{kind}", "{name}", "{family}") == "data/{family}/{kind}/{name}.jsonl"  # a rule's pattern
     with pytest.raises(ValueError, match="unknown tiny-world family 'graphs'"):
-        contract.data_file("bench", "math500", "graphs")
+        data_file("bench", "math500", "graphs")
     from balagg.tinyworld.regimes import REGIMES
     from balagg.tinyworld.walks import WORLDS
 
-    assert {r.family for r in REGIMES.values()} == set(contract.TINYWORLD_FAMILIES)
-    assert set(WORLDS) == set(contract.TINYWORLD_FAMILIES) - {contract.TINYWORLD_DEFAULT_FAMILY}  # a world per walk family
+    assert {r.family for r in REGIMES.values()} == set(TINYWORLD_FAMILIES)
+    assert set(WORLDS) == set(TINYWORLD_FAMILIES) - {TINYWORLD_DEFAULT_FAMILY}  # a world per walk family
 
 
 def test_score_and_reward_use_one_verifier_setting():
@@ -76,19 +92,19 @@ def test_one_answer_format_list_and_one_default_everywhere():
     model_spec = root["$defs"]["model_settings"]["properties"]["answer_format"]  # models' and checkpoints'
     assert {"$ref": "#/$defs/model_settings"} in schema["models"]["additionalProperties"]["allOf"]
     assert {"$ref": "#/$defs/model_settings"} in schema["checkpoints"]["additionalProperties"]["allOf"]
-    assert tuple(model_spec["enum"]) == contract.ANSWER_FORMATS
-    assert contract.DEFAULT_ANSWER_FORMAT in contract.ANSWER_FORMATS
+    assert tuple(model_spec["enum"]) == ANSWER_FORMATS
+    assert DEFAULT_ANSWER_FORMAT in ANSWER_FORMATS
     cell = {f.name: f.default for f in dataclasses.fields(CellConfig)}
     flags = defaults_of(subcommand("tinyworld", "model"))
     assert cell["answer_format"] == GenerationConfig().answer_format == flags["answer_format"] == (
-        contract.DEFAULT_ANSWER_FORMAT)
+        DEFAULT_ANSWER_FORMAT)
 
 
 def test_tinyworld_and_prepare_data_defaults_are_the_workflows():
     data, model = defaults_of(subcommand("tinyworld", "data")), defaults_of(subcommand("tinyworld", "model"))
     assert (data["seed"], data["train_problems"], data["bench_problems"], data["family"]) == (
         settings.TINYWORLD.seed, settings.TINYWORLD.train_problems, settings.TINYWORLD.bench_problems,
-        contract.TINYWORLD_DEFAULT_FAMILY)
+        TINYWORLD_DEFAULT_FAMILY)
     assert (model["seed"], model["sft_steps"], model["sft_length_buckets"]) == (
         settings.TINYWORLD.seed, settings.TINYWORLD.sft_steps, settings.TINYWORLD.sft_length_buckets)
     assert defaults_of(subcommand("prepare-data"))["on_bad_row"] == settings.DATA.on_bad_row
@@ -140,31 +156,31 @@ def test_a_model_may_override_part_of_the_train_section():
 def test_step_folders_round_trip_and_the_trainer_writes_them(tmp_path):
     from balagg.train.files import CellDir
 
-    assert contract.step_dirname(40) == "step-000040"
-    assert contract.parse_step_dirname("step-000040", strict=True) == 40
-    assert contract.parse_step_dirname("step-40") == 40 and contract.parse_step_dirname("step-40", strict=True) is None
-    assert contract.parse_step_dirname("checkpoint-40") is None
+    assert step_dirname(40) == "step-000040"
+    assert parse_step_dirname("step-000040", strict=True) == 40
+    assert parse_step_dirname("step-40") == 40 and parse_step_dirname("step-40", strict=True) is None
+    assert parse_step_dirname("checkpoint-40") is None
     cell = CellDir(tmp_path)
     cell.checkpoint(7).mkdir(parents=True)
     (cell.checkpoints / "step-7").mkdir()  # not written by the trainer: ignored
     assert cell.eval_checkpoints() == [(7, cell.checkpoint(7))]
-    assert contract.step_of_path(tmp_path / "x" / contract.eval_step_relpath(12)) == 12
-    assert contract.eval_step_relpath("{step}", contract.SUMMARY_FILE) == "eval/step-{step}/summary.json"
-    assert contract.checkpoint_relpath(0) == "train/checkpoints/step-000000"
+    assert step_of_path(tmp_path / "x" / eval_step_relpath(12)) == 12
+    assert eval_step_relpath("{step}", SUMMARY_FILE) == "eval/step-{step}/summary.json"
+    assert checkpoint_relpath(0) == "train/checkpoints/step-000000"
 
 
 def test_benchmark_order_is_the_papers():
-    assert contract.benchmark_order(["minerva", "zeta", "math500", "mean", "alpha"]) == (
+    assert benchmarks.benchmark_order(["minerva", "zeta", "math500", "mean", "alpha"]) == (
         "math500", "minerva", "alpha", "zeta")
     from balagg.tinyworld.raw import LAYOUT
 
-    assert set(LAYOUT) == set(contract.BENCHMARKS) | set(contract.TRAINING_SETS)
+    assert set(LAYOUT) == set(benchmarks.BENCHMARKS) | set(benchmarks.TRAINING_SETS)
 
 
 # ---- metric names follow n ---------------------------------------------------------------------------------
 
 def summary(step: int, n: int, value: float) -> dict:
-    acc, best, best_bootstrap = contract.eval_metrics(n)
+    acc, best, best_bootstrap = benchmarks.eval_metrics(n)
     values = {acc: value, best: value, best_bootstrap: value / 2}
     entry = {**values, "n_problems": 1, "n_samples": n, "truncation_rate": 0.0}
     return {"step": step, "n": n, "benchmarks": {"math500": entry}, "mean": values}
@@ -178,7 +194,7 @@ def test_a_curve_of_n_samples_has_filled_acc_at_n_columns(tmp_path):
         paths.append(str(path))
     assert main(["curve", "--out", str(tmp_path / "curve.csv"), *paths]) == 0
     rows = list(csv.DictReader((tmp_path / "curve.csv").open()))
-    assert list(rows[0]) == list(contract.summary_columns(4))
+    assert list(rows[0]) == list(benchmarks.summary_columns(4))
     assert [row["acc@4"] for row in rows] == ["0.25", "0.25", "0.75", "0.75"]
 
     from balagg.tracking import eval_metrics
@@ -199,7 +215,7 @@ def test_a_curve_refuses_summaries_of_different_n(tmp_path, capsys):
 def test_the_analysis_names_a_curve_of_another_n(tmp_path):
     from balagg.analysis import load_campaign
 
-    cell = tmp_path / "camp" / contract.cell_relpath("m", "d", "seq-agg", 0)
+    cell = tmp_path / "camp" / cell_relpath("m", "d", "seq-agg", 0)
     (cell / "eval").mkdir(parents=True)
     rows = [{"step": 0, "benchmark": b, "acc@4": 0.5, "best@4": 0.5} for b in ("math500", "mean")]
     with (cell / "eval" / "curve.csv").open("w", newline="") as handle:
@@ -214,10 +230,10 @@ def test_the_analysis_names_a_curve_of_another_n(tmp_path):
 
 def test_render_prompt_keeps_braces_and_substitutes_once():
     template = "Q: {problem}\n\\boxed{} {other} {code_instructions}"
-    assert contract.render_prompt(template, problem="{code_instructions} x^{2}", code_instructions="C") == (
+    assert render_prompt(template, problem="{code_instructions} x^{2}", code_instructions="C") == (
         "Q: {code_instructions} x^{2}\n\\boxed{} {other} C")
     with pytest.raises(ValueError, match="prompt must contain the placeholder"):
-        contract.check_template("no placeholder", ("problem",), "prompt")
+        check_template("no placeholder", ("problem",), "prompt")
 
 
 def test_training_and_evaluation_render_a_braced_template_alike(tmp_path):
@@ -240,7 +256,8 @@ def test_training_and_evaluation_render_a_braced_template_alike(tmp_path):
     assert trained == evaluated == "Compute {1+2}. Put it in \\boxed{}; {braces} stay."
 
 
-def test_the_contract_imports_nothing_heavy():
-    probe = ("import sys, balagg.contract; heavy = {'torch', 'transformers', 'pandas', 'numpy', 'yaml'} & "
+def test_the_shared_modules_import_nothing_heavy():
+    """The workflow and ``--help`` import them."""
+    probe = ("import sys, balagg.benchmarks, balagg.layout, balagg.prompts, balagg.settings; heavy = {'torch', 'transformers', 'pandas', 'numpy', 'yaml'} & "
              "set(sys.modules); assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)

@@ -17,7 +17,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from balagg.cli import main  # noqa: E402
-from balagg.contract import BENCHMARK_KINDS, BENCHMARKS, TRAINING_SETS  # noqa: E402
+from balagg.benchmarks import BENCHMARK_KINDS, BENCHMARKS, TRAINING_SETS  # noqa: E402
 from balagg.data import SOURCES, BadRowError, last_boxed, prepare, read_jsonl  # noqa: E402
 from balagg.data.livecodebench import decode_test_cases  # noqa: E402
 

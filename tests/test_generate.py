@@ -15,7 +15,7 @@ torch.set_num_threads(1)
 
 from balagg.cli import main  # noqa: E402
 from balagg.data import read_jsonl, write_jsonl  # noqa: E402
-from balagg.contract import load_tokenizer  # noqa: E402
+from balagg.prompts import load_tokenizer  # noqa: E402
 from balagg.evaluation.generation.generate import (  # noqa: E402
     finish, generate, prompt_ids, sample_seed, stop_token_ids, user_message)
 from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request  # noqa: E402

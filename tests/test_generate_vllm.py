@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from balagg.cli import main  # noqa: E402
 from balagg.data import read_jsonl, write_jsonl  # noqa: E402
-from balagg.contract import load_tokenizer  # noqa: E402
+from balagg.prompts import load_tokenizer  # noqa: E402
 from balagg.evaluation.generation.generate import generate, sample_seed, stop_token_ids  # noqa: E402
 from balagg.evaluation.generation.requests import GenerationConfig  # noqa: E402
 from test_generate import CODE, LINE_KEYS, MATH  # noqa: E402

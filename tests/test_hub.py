@@ -112,7 +112,7 @@ def test_step0_generation_takes_a_hub_id(cache_env, tmp_path):
 def test_training_and_evaluation_load_a_hub_ids_tokenizer_from_the_cache(cache_env):
     """The train job's tokenizer is its model's hub id (cell.tokenizer defaults to the model): the one
     tokenizer loader resolves it to the cached snapshot, offline."""
-    from balagg.contract import load_tokenizer
+    from balagg.prompts import load_tokenizer
 
     tokenizer = load_tokenizer(MODEL)
     assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None

@@ -85,11 +85,11 @@ def test_tracking_setup_imports_mlflow_but_no_ml_stack(tmp_path):
     assert not modules & set(ML)
 
 
-def test_summary_reads_files_only(tmp_path):
+def test_results_reads_files_only(tmp_path):
     campaign = tmp_path / "results/c"
     (campaign / "analysis").mkdir(parents=True)
     (campaign / "analysis/table1.md").write_text("| model | acc |\n|---|---|\n| tiny-s | 0.5 |\n")
-    modules = loaded(tmp_path, "summary", "--campaign-dir", str(campaign))
+    modules = loaded(tmp_path, "results", "--campaign-dir", str(campaign))
     assert not modules & set(HEAVY)
 
 

@@ -49,8 +49,8 @@ def served(log: str) -> list[str]:
 def test_a_served_job_prints_and_exits_as_the_same_job_run_alone(tmp_path):
     script = (f"python -m balagg {WEIGHTS} > served.out 2> served.err; echo $? > served.rc; "
               f"env -u {SOCKET_ENV} python -m balagg {WEIGHTS} > alone.out 2> alone.err; echo $? > alone.rc; "
-              "python -m balagg summary --campaign-dir missing > bad.out 2> bad.err; echo $? > bad.rc; "
-              f"env -u {SOCKET_ENV} python -m balagg summary --campaign-dir missing 2> bad-alone.err; echo $? > bad-alone.rc")
+              "python -m balagg results --campaign-dir missing > bad.out 2> bad.err; echo $? > bad.rc; "
+              f"env -u {SOCKET_ENV} python -m balagg results --campaign-dir missing 2> bad-alone.err; echo $? > bad-alone.rc")
     run, log = serve(script, tmp_path)
     assert run.returncode == 0, run.stderr
     assert served(log) == ["0", "2"], log
@@ -63,7 +63,7 @@ def test_a_served_job_prints_and_exits_as_the_same_job_run_alone(tmp_path):
 
 def test_the_job_gets_the_clients_directory_and_arguments(tmp_path):
     (tmp_path / "sub").mkdir()
-    script = "cd sub && python -m balagg summary --campaign-dir . 2> err; echo $? > rc"
+    script = "cd sub && python -m balagg results --campaign-dir . 2> err; echo $? > rc"
     run, log = serve(script, tmp_path)
     assert served(log) == ["2"], log
     # the relative path was resolved in the client's directory, not the server's

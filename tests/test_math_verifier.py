@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from balagg.evaluation.verify.math_verifier import gold_latex, strip_reasoning, verifier_info, verify_math
+from balagg.evaluation.verify.math_verifier import gold_latex, verifier_info, verify_math
+from balagg.prompts import strip_reasoning
 
 REGRESSION = Path(__file__).parent / "data" / "math_regression.jsonl"
 CASES = [json.loads(line) for line in REGRESSION.read_text().splitlines() if line.strip()]

@@ -245,10 +245,10 @@ def test_html_report_renders_table1_figures_and_diagnosis_in_chromium(smoke, tmp
         assert category in menu, f"the report's menu lacks {category}"
 
 
-def test_campaign_summary_ends_on_table1_report_and_mlflow_command(smoke):
-    from balagg.commands.summary import summary_text
+def test_campaign_results_end_on_table1_report_and_mlflow_command(smoke):
+    from balagg.commands.results import results_text
 
-    text = summary_text(smoke / "results/smoke")
+    text = results_text(smoke / "results/smoke")
     table = (smoke / "results/smoke/analysis/table1.md").read_text().rstrip()
     assert table in text and "(missing)" not in text
     assert "report.html" in text and "figure3.png" in text
@@ -257,7 +257,7 @@ def test_campaign_summary_ends_on_table1_report_and_mlflow_command(smoke):
 
 
 def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs_and_datasets(smoke, tmp_path):
-    """The MLflow line of `balagg summary`, run as printed (on a free port) and its page opened in headless
+    """The MLflow line of `balagg results`, run as printed (on a free port) and its page opened in headless
     Chromium: the runs table (not the traces overview) lists every cell's run by name, and the Dataset
     column shows the cell's training set. The screenshot is kept beside the test's files (runs.png)."""
     import os
@@ -269,12 +269,12 @@ def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs
     import time
     import urllib.request
 
-    from balagg.commands.summary import summary_text
+    from balagg.commands.results import results_text
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is not installed (.ci/run installs it)")
-    line = next(line for line in summary_text(smoke / "results/smoke").splitlines() if line.startswith("MLflow:"))
+    line = next(line for line in results_text(smoke / "results/smoke").splitlines() if line.startswith("MLflow:"))
     command, _, page = line.removeprefix("MLflow:").partition("# then open http://127.0.0.1:5000/")
     assert page.startswith("#/experiments/") and page.endswith("/runs"), line
     with socket.socket() as probe:

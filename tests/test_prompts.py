@@ -10,10 +10,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from balagg.contract import DAPO_TEMPLATE, MATH_TEMPLATE, render_prompt
 from balagg.evaluation.generation.generate import prompt_ids as evaluation_prompt_ids
 from balagg.evaluation.generation.requests import GenerationConfig
-from balagg.prompts import PromptFormat, answer_for_verifier, prompt_ids, trl_prompt
+from balagg.prompts import (
+    DAPO_TEMPLATE,
+    MATH_TEMPLATE,
+    PromptFormat,
+    answer_for_verifier,
+    prompt_ids,
+    render_prompt,
+    trl_prompt,
+)
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.train.data import build_prompts
 

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from balagg.data.fields import last_boxed  # noqa: E402
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX  # noqa: E402
 from balagg.tinyworld.model import ALPHABET  # noqa: E402
-from balagg.contract import BENCHMARKS, TRAINING_SETS as TRAIN_SETS  # noqa: E402
+from balagg.benchmarks import BENCHMARKS, TRAINING_SETS as TRAIN_SETS  # noqa: E402
 from balagg.tinyworld.raw import LAYOUT, read_rows, write_raw  # noqa: E402
 
 # Columns of the real datasets (their hub cards), in the order the hub shows them.

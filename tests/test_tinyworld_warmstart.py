@@ -128,7 +128,7 @@ def test_reduced_warm_start_reaches_the_step0_regime(tmp_path):
     the regime the aggregation rules need: accuracy in [0.2, 0.8] and length CV >= 0.3 on both
     training sets, wrong answers clearly longer than right ones where they ramble (dapo-math-17k).
     About 60-90 s on an idle core."""
-    from balagg.contract import TRAINING_SETS as TRAIN_SETS
+    from balagg.benchmarks import TRAINING_SETS as TRAIN_SETS
     from balagg.tinyworld.raw import write_raw
     from balagg.tinyworld.warmstart import build_warm_model
 

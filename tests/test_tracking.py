@@ -159,7 +159,7 @@ def test_a_cells_training_set_and_benchmarks_are_its_runs_dataset_inputs_with_th
 def test_the_printed_mlflow_link_opens_the_experiments_runs_table():
     """MLflow 3's UI opens ``#/experiments/<id>`` on the GenAI traces overview, whatever the experiment's
     kind tag; ``#/experiments/<id>/runs`` is the runs table (tests/test_pipeline.py opens it in Chromium)."""
-    from balagg.commands.summary import mlflow_command
+    from balagg.commands.results import mlflow_command
 
     local = mlflow_command({"tracking_uri": "sqlite:////r/mlflow.db", "experiment_id": "3"})
     assert local.endswith("# then open http://127.0.0.1:5000/#/experiments/3/runs")

@@ -83,16 +83,18 @@ def test_launch_command_uses_accelerate_for_several_processes(tmp_path):
 
     from balagg.train.launch import launch_command
 
-    single = launch_command(cell(), "cell.json", "train", "manifest.json")
-    assert single == [sys.executable, "-m", "balagg", "train", "--cell", "cell.json", "--workdir", "train",
-                      "--out", "manifest.json"]
+    from balagg.train.launch import in_process
+
+    assert in_process(cell()) and not in_process(cell(num_processes=2))
     config = tmp_path / "fsdp2.yaml"
     config.write_text("distributed_type: FSDP\n")
-    multi = launch_command(cell(num_processes=2, accelerate_config=str(config)), "cell.json", "train", "m.json")
-    assert multi[:10] == [sys.executable, "-m", "balagg.train.agent", "--num_processes", "2",
-                          "--main_process_port", "0", "--config_file", str(config), "-m"]
+    assert not in_process(cell(accelerate_config=str(config)))
+    worker = ["-m", "balagg", "train-worker", "--cell", "cell.json"]
+    multi = launch_command(cell(num_processes=2, accelerate_config=str(config)), worker)
+    assert multi == [sys.executable, "-m", "balagg.train.agent", "--num_processes", "2",
+                     "--main_process_port", "0", "--config_file", str(config), *worker]
     with pytest.raises(ValueError, match="does not exist"):
-        launch_command(cell(num_processes=2, accelerate_config=str(tmp_path / "nope.yaml")), "c", "w", "m")
+        launch_command(cell(num_processes=2, accelerate_config=str(tmp_path / "nope.yaml")), worker)
 
 
 def test_shipped_accelerate_configs_parse():

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 
-from balagg.contract import load_tokenizer  # noqa: E402
+from balagg.prompts import load_tokenizer  # noqa: E402
 from balagg.tinyworld.model import build_model, build_tokenizer  # noqa: E402
 from balagg.train.trainer import AggregatedGRPOTrainer  # noqa: E402
 

@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from accelerate.utils import DistributedType  # noqa: E402
 
-from balagg.train.launch import accelerate_packages, distributed_report  # noqa: E402
+from balagg.train.launch import accelerate_packages  # noqa: E402
+from balagg.train.run import distributed_report  # noqa: E402
 
 FSDP2 = str(Path(__file__).resolve().parents[1] / "configs" / "accelerate" / "fsdp2.yaml")
 
@@ -42,6 +43,42 @@ def test_backend_packages_of_accelerate_configs(tmp_path):
     assert accelerate_packages(tmp_path / "ds.yaml") == ["deepspeed"] and accelerate_packages(FSDP2) == []
     with pytest.raises(ValueError, match="bad.yaml has no distributed_type"):
         accelerate_packages(tmp_path / "bad.yaml")
+
+
+def test_the_launcher_trains_one_process_in_its_own_and_several_as_train_workers(monkeypatch, tmp_path):
+    """``balagg train`` reads the cell config once: one process trains in the launcher (no second
+    interpreter reads it again), several run ``balagg train-worker`` under accelerate; the job's start time
+    is the launcher's either way (the time limit counts from it)."""
+    import json
+    import os
+    import sys
+
+    from balagg.cli import main
+    from balagg.train import config, launch, run
+    from balagg.train.deadline import START_ENV
+
+    loads, calls = [], []
+    load = config.CellConfig.load.__func__
+    monkeypatch.setattr(config.CellConfig, "load", classmethod(lambda cls, path: loads.append(path) or load(cls, path)))
+    monkeypatch.setattr(run, "train", lambda cell, workdir, manifest, invalidate=(): calls.append(
+        ("in-process", os.environ.get(START_ENV), list(invalidate))) or 0)
+    monkeypatch.setattr(launch, "run_launched", lambda command, workdir, invalidate=(): calls.append(
+        ("child", command, list(invalidate))) or 75)
+    monkeypatch.delenv(START_ENV, raising=False)
+    base = {"model": "m", "train_files": ["t.jsonl"], "aggregator": "seq-agg", "seed": 0, "num_generations": 4,
+            "prompts_per_step": 8, "mini_batches": 2, "micro_batch_size": 2, "save_every": 4}
+    args = ["--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "m.json"), "--invalidate", "eval"]
+    for name, settings in (("one", {}), ("two", {"num_processes": 2, "accelerate_config": FSDP2})):
+        (tmp_path / f"{name}.json").write_text(json.dumps(base | settings))
+
+    assert main(["train", "--cell", str(tmp_path / "one.json"), *args]) == 0
+    assert calls == [("in-process", os.environ[START_ENV], ["eval"])] and len(loads) == 1
+    assert main(["train", "--cell", str(tmp_path / "two.json"), *args]) == 75
+    command = calls[1][1]
+    assert command[:3] == [sys.executable, "-m", "balagg.train.agent"] and "--num_processes" in command
+    assert command[command.index(FSDP2) + 1:] == ["-m", "balagg", "train-worker", "--cell", str(tmp_path / "two.json"),
+                                                 "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "m.json")]
+    assert calls[1][2] == ["eval"] and len(loads) == 2  # the launcher removes the derived outputs, once
 
 
 def _tree(root: int) -> list[int]:
@@ -88,7 +125,7 @@ def two_process_cell(tmp_path_factory):
 @pytest.mark.parametrize("target", ["launcher", "every process"])
 def test_a_stop_signal_to_a_two_process_launch_stops_every_rank_at_a_checkpoint_and_exits_75(
         two_process_cell, tmp_path, target):
-    """``balagg train --launch`` of a 2-process cell (accelerate launch -> torchrun's agent -> 2 ranks):
+    """``balagg train`` of a 2-process cell (accelerate launch -> torchrun's agent -> 2 ranks):
     SIGUSR1 to the launcher (a person, Slurm's ``--signal=B:USR1``), or SIGTERM to every process of the tree
     at once (Slurm's time limit, scancel, preemption), stops both ranks at a cycle boundary with a resumable
     checkpoint, ``stopped.json`` and exit 75 (not the agent killing its workers: 143 / 138)."""
@@ -103,7 +140,7 @@ def test_a_stop_signal_to_a_two_process_launch_stops_every_rank_at_a_checkpoint_
     from balagg.train.files import read_metrics
 
     workdir, manifest = tmp_path / "train", tmp_path / "manifest.json"
-    command = [sys.executable, "-m", "balagg", "train", "--launch", "--cell", str(two_process_cell),
+    command = [sys.executable, "-m", "balagg", "train", "--cell", str(two_process_cell),
                "--workdir", str(workdir), "--out", str(manifest)]
     # torchrun's agent gives ranks it terminates 30 s before SIGKILL; a GPU cycle takes minutes, a CPU one
     # about a second: with no grace at all the agent's own answer to a signal can never pass for a stop

@@ -19,7 +19,7 @@ def train_jobs(printed: str) -> list[str]:
 def test_gpu_train_jobs_use_expandable_segments_and_cpu_jobs_do_not(workdir):  # noqa: F811
     jobs = train_jobs(snakemake("-n", "-p", "--configfile", "configs/paper.yaml", cwd=workdir).stdout)
     assert len(jobs) == 12
-    assert all("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python -m balagg train --launch" in job
+    assert all("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python -m balagg train --cell" in job
                for job in jobs)
     cpu_jobs = train_jobs(snakemake("-n", "-p", cwd=workdir).stdout)  # the tiny world's CPU grid
     assert cpu_jobs and not any("PYTORCH_CUDA_ALLOC_CONF" in job for job in cpu_jobs)

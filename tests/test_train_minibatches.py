@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from balagg.contract import load_tokenizer  # noqa: E402
+from balagg.prompts import load_tokenizer  # noqa: E402
 from balagg.train.trainer import (AggregatedGRPOTrainer, importance_sampling_masked_counts,  # noqa: E402
                                   importance_sampling_masked_fractions)
 from test_train_equivalence import (MAX_LEN, GradientRecorder, length_parity_reward, model_dir,  # noqa: E402,F401

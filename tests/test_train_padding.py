@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from balagg.contract import load_tokenizer  # noqa: E402
+from balagg.prompts import load_tokenizer  # noqa: E402
 from balagg.train.trainer import AggregatedGRPOTrainer  # noqa: E402
 from test_train_equivalence import (GradientRecorder, length_parity_reward, model_dir,  # noqa: E402,F401
                                     relative_l2)

@@ -153,7 +153,7 @@ def test_kill_9_then_resume_matches_uninterrupted_run(reference_run, cell_file, 
 
 
 def launch_command_of(cell: Path, workdir: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "balagg", "train", "--launch", "--cell", str(cell), "--workdir", str(workdir),
+    return [sys.executable, "-m", "balagg", "train", "--cell", str(cell), "--workdir", str(workdir),
             "--out", str(out)]
 
 

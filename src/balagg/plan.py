@@ -66,10 +66,11 @@ from __future__ import annotations
 import math
 from dataclasses import MISSING, dataclass, fields, replace
 
-from balagg import contract, settings
+from balagg import settings
 from balagg.data.sources import SOURCES
 from balagg.completion_lengths import CompletionLengths
 from balagg.aggregators import MICRO_BATCH_RULES
+from balagg.layout import TINYWORLD_SOURCE
 from balagg.train.config import CellConfig
 
 MEASURED_RATE = ("gpu_smoke.json", "probe-7b", "tokens_per_s")
@@ -217,7 +218,7 @@ def bench_problems(config: dict, model: str | None = None) -> dict[str, int]:
     for name, source in config["benchmarks"].items():
         if name in given:
             sizes[name] = given[name]
-        elif source == contract.TINYWORLD_SOURCE:
+        elif source == TINYWORLD_SOURCE:
             sizes[name] = bench_size(family, name, asked)
         elif SOURCES[name].expected_rows is not None:
             sizes[name] = SOURCES[name].expected_rows
@@ -241,7 +242,7 @@ def _prepare_jobs(config: dict) -> int:
 
     families = {model_family(spec) for spec in config["models"].values()}
     sources = [spec["source"] for spec in config["datasets"].values()] + list(config["benchmarks"].values())
-    return sum(len(families) if source == contract.TINYWORLD_SOURCE else 1 for source in sources)
+    return sum(len(families) if source == TINYWORLD_SOURCE else 1 for source in sources)
 
 
 def logprob_pass(train: dict) -> bool:

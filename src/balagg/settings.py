@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from balagg.config_schema import setting
-from balagg.contract import PAPER_SAMPLES
+from balagg.benchmarks import PAPER_SAMPLES
 
 DEFAULT_VERIFIER = "balagg.evaluation.verify.math_verifier:verify_math"
 """``module:function`` of the math verifier: evaluation's scorer and training's reward."""

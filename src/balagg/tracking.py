@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from balagg import contract
+from balagg import benchmarks
+from balagg.layout import data_report_file, dataset_filename
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ ANALYSIS_RUN_NAME = "analysis"
 EXPERIMENT_TAGS = {
     # MLflow 3's UI reads an experiment's kind from this tag (mlflow/server/js: ExperimentKind);
     # "custom_model_development" is model training. The UI still opens #/experiments/<id> on the GenAI
-    # traces overview, so the printed link is #/experiments/<id>/runs (balagg summary).
+    # traces overview, so the printed link is #/experiments/<id>/runs (balagg results).
     "mlflow.experimentKind": "custom_model_development",
     "mlflow.note.content": (
         "One run per grid cell, named model/dataset/aggregator/seedN and tagged model, dataset, aggregator, "
@@ -279,16 +280,16 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
 
 
 def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
-    """MLflow metric name (:func:`balagg.contract.tracking_metric`) -> value per training step from
-    ``eval/curve.csv`` rows (finite values only): the contract's eval metrics of the curve's n."""
+    """MLflow metric name (:func:`balagg.benchmarks.tracking_metric`) -> value per training step from
+    ``eval/curve.csv`` rows (finite values only): :func:`balagg.benchmarks.eval_metrics` of the curve's n."""
     by_step: dict[int, dict[str, float]] = {}
-    n = contract.samples_of_columns(curve_rows[0]) if curve_rows else None
+    n = benchmarks.samples_of_columns(curve_rows[0]) if curve_rows else None
     for row in curve_rows:
         step = int(row["step"])
-        for metric in contract.eval_metrics(n) if n is not None else ():
+        for metric in benchmarks.eval_metrics(n) if n is not None else ():
             value = row.get(metric)
             if value not in (None, "") and math.isfinite(float(value)):
-                by_step.setdefault(step, {})[contract.tracking_metric(row["benchmark"], metric)] = float(value)
+                by_step.setdefault(step, {})[benchmarks.tracking_metric(row["benchmark"], metric)] = float(value)
     return by_step
 
 
@@ -315,8 +316,8 @@ def dataset_inputs(train_files: list[str | os.PathLike], benchmark_files: list[s
             if not path.is_file():
                 log.warning("%s: no such file; not logged as a dataset input of the run", path)
                 continue
-            name = path.name.removesuffix(contract.dataset_filename(""))
-            report = path.parent / Path(contract.data_report_file("train", name)).name
+            name = path.name.removesuffix(dataset_filename(""))
+            report = path.parent / Path(data_report_file("train", name)).name
             location = json.loads(report.read_text()).get("location") if report.is_file() else None
             entry = {"name": name, "context": context, "file": str(path.resolve()),
                      "digest": hashlib.sha256(path.read_bytes()).hexdigest()[:DATASET_DIGEST_CHARS]}

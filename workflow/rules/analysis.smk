@@ -11,7 +11,7 @@
 ANALYSIS = config["analysis"]
 ANALYSIS_SCRIPTS = f"{workflow.basedir}/analysis"
 ANALYSIS_REPORT = "../report"
-ANALYSIS_OUT = os.path.join(RESULTS, contract.ANALYSIS_DIR)
+ANALYSIS_OUT = os.path.join(RESULTS, layout.ANALYSIS_DIR)
 ANALYSIS_LOGS = f"{RESULTS}/logs/analysis"
 ANALYSIS_BENCHMARKS = f"{RESULTS}/benchmarks/analysis"
 # every script reads the campaign folder and writes into its analysis folder

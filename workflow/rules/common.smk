@@ -19,7 +19,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 # the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
 
-from balagg import checkpoints as externals, contract
+from balagg import checkpoints as externals, layout, prompts
 from balagg.context import check_model_lengths
 from balagg.hub import is_hub_id
 from balagg.io import write_json
@@ -28,15 +28,15 @@ from balagg.train.launch import check_accelerate_config, conda_env_packages
 
 CAMPAIGN = config["campaign"]
 config.setdefault("checkpoints", {})  # the schema's default, also where a Snakefile includes this unvalidated
-RESULTS = contract.campaign_dir(CAMPAIGN)
-CELL = os.path.join(RESULTS, contract.CELL_PATTERN)
+RESULTS = layout.campaign_dir(CAMPAIGN)
+CELL = os.path.join(RESULTS, layout.CELL_PATTERN)
 # What an evaluation belongs to: a cell ("{dataset}/{aggregator}/seed{seed}") or the initial model.
 EVAL_RUN = os.path.join(RESULTS, "{model}", "{run}")
-EVAL_STEP = os.path.join(EVAL_RUN, contract.eval_step_relpath("{step}"))
-INITIAL = contract.INITIAL_RUN
+EVAL_STEP = os.path.join(EVAL_RUN, layout.eval_step_relpath("{step}"))
+INITIAL = layout.INITIAL_RUN
 # An external checkpoint's evaluation (config `checkpoints:`): results/{campaign}/{name}/external/.
-EXTERNAL = contract.EXTERNAL_RUN
-CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"  # relative to a cell folder
+EXTERNAL = layout.EXTERNAL_RUN
+CURVE = f"{layout.EVAL_DIR}/{layout.CURVE_FILE}"  # relative to a cell folder
 CELL_RUN_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
 RUN_PATTERN = rf"{INITIAL}|{EXTERNAL}|{CELL_RUN_PATTERN}"
 CURVE_RUNS = rf"{EXTERNAL}|{CELL_RUN_PATTERN}"  # what has a curve: a cell, an external checkpoint
@@ -45,7 +45,7 @@ EVAL_JOBS = config["eval"]["jobs"]
 # cells have their own rules.
 PER_CHECKPOINT_RUNS = f"{INITIAL}|{EXTERNAL}" if EVAL_JOBS == "cell" else RUN_PATTERN
 BENCHMARKS = list(config["benchmarks"])
-TINYWORLD = contract.TINYWORLD_SOURCE
+TINYWORLD = layout.TINYWORLD_SOURCE
 RESOURCE_DEFAULTS = {"gpus": 0, "cpus": 1, "mem_mb": 4000, "runtime": 60}
 FETCH = f"{RESULTS}/fetch.json"
 GPU_ENV = Path(workflow.basedir, "envs", "gpu.yaml")
@@ -137,7 +137,7 @@ def external_run(name):
 
 def merged_dir(name, step):
     """Where a verl checkpoint's step is merged into a Hugging Face folder."""
-    return os.path.join(external_run(name), contract.MERGED_DIR, contract.step_dirname(step))
+    return os.path.join(external_run(name), layout.MERGED_DIR, layout.step_dirname(step))
 
 
 def verl_in_jobs():
@@ -157,7 +157,7 @@ def resolve_externals():
     prompt = config.get("train", {}).get("max_prompt_length", CellConfig.max_prompt_length)
     found = {}
     for name, spec in config["checkpoints"].items():
-        if name in config["models"] or name in contract.CAMPAIGN_DIRS:
+        if name in config["models"] or name in layout.CAMPAIGN_DIRS:
             raise WorkflowError(f"config: checkpoints.{name}: the name is taken by "
                                 + ("a model of the grid" if name in config["models"] else "a campaign folder"))
         try:
@@ -204,11 +204,11 @@ def cell_step_summaries(wildcards):
     An external checkpoint's run: the summary of each of its steps."""
     run = EVAL_RUN.format(**wildcards)
     if wildcards.run == EXTERNAL:
-        return [os.path.join(run, contract.eval_step_relpath(step, contract.SUMMARY_FILE))
+        return [os.path.join(run, layout.eval_step_relpath(step, layout.SUMMARY_FILE))
                 for step in EXTERNALS[wildcards.model].steps]
     initial = EVAL_RUN.format(model=wildcards.model, run=INITIAL)
     return [
-        os.path.join(initial if step == 0 else run, contract.eval_step_relpath(step, contract.SUMMARY_FILE))
+        os.path.join(initial if step == 0 else run, layout.eval_step_relpath(step, layout.SUMMARY_FILE))
         for step in checkpoint_steps(wildcards.model)
     ]
 
@@ -223,7 +223,7 @@ def generate_weights_inputs(wildcards):
         if external.kind == "hub":
             return [ancient(FETCH)]
         return [os.path.join(external.steps[step], "config.json")] if step in external.verl else []
-    return [os.path.join(EVAL_RUN.format(**wildcards), contract.MANIFEST_FILE)]
+    return [os.path.join(EVAL_RUN.format(**wildcards), layout.MANIFEST_FILE)]
 
 
 def checkpoint_path(wildcards):
@@ -241,7 +241,7 @@ def checkpoint_path(wildcards):
 
 def cell_checkpoint(cell_dir, tag):
     """The trainer's weights-only checkpoint of step `tag` (six digits) in a cell folder."""
-    return os.path.join(cell_dir, contract.checkpoint_relpath(tag))
+    return os.path.join(cell_dir, layout.checkpoint_relpath(tag))
 
 
 def cell_eval_groups():
@@ -281,11 +281,11 @@ def model_family(model):
 
 def tinyworld_manifest(family):
     """The manifest of one family's raw tiny-world files (written last by `tinyworld data`)."""
-    return os.path.join(RESULTS, contract.tinyworld_raw_dir(family), contract.RAW_MANIFEST_FILE)
+    return os.path.join(RESULTS, layout.tinyworld_raw_dir(family), layout.RAW_MANIFEST_FILE)
 
 
-def data_path(model, kind, name, make=contract.data_file):
-    """The prepared training set or benchmark (or, with `make=contract.data_report_file`, its report) that a
+def data_path(model, kind, name, make=layout.data_file):
+    """The prepared training set or benchmark (or, with `make=balagg.layout.data_report_file`, its report) that a
     model's jobs read: a tiny-world source in the model's family, any other source's one file."""
     family = model_family(model) if data_source(kind, name) == TINYWORLD else None
     return os.path.join(RESULTS, make(kind, name, family))
@@ -310,20 +310,20 @@ def check_benchmark_folders():
 def model_source(model):
     """Hub id or folder of the initial policy; tiny-world models are built under results/."""
     spec = config["models"][model]
-    return os.path.join(RESULTS, contract.MODELS_DIR, model) if spec["path"] == TINYWORLD else spec["path"]
+    return os.path.join(RESULTS, layout.MODELS_DIR, model) if spec["path"] == TINYWORLD else spec["path"]
 
 
 def model_inputs(wildcards):
     """What a cell's training waits for besides its data: the tiny model when it is built here, the
     fetched snapshot for a hub id."""
     if config["models"][wildcards.model]["path"] == TINYWORLD:
-        return [os.path.join(model_source(wildcards.model), contract.MODEL_CARD_FILE)]
+        return [os.path.join(model_source(wildcards.model), layout.MODEL_CARD_FILE)]
     return fetch_inputs(config["models"][wildcards.model]["path"])
 
 
 def tinyworld_cards():
     """The card.json of every model the workflow builds itself (none for real models)."""
-    return [os.path.join(model_source(m), contract.MODEL_CARD_FILE)
+    return [os.path.join(model_source(m), layout.MODEL_CARD_FILE)
             for m, spec in config["models"].items() if spec["path"] == TINYWORLD]
 
 
@@ -331,7 +331,7 @@ def data_reports():
     """The prepare-data report of every training set and benchmark some model reads (bad rows skipped, and
     why): a tiny-world source once per family in use; an external checkpoint reads benchmarks only."""
     return list(dict.fromkeys(
-        data_path(model, kind, name, contract.data_report_file)
+        data_path(model, kind, name, layout.data_report_file)
         for model in evaluated_models()
         for kind, names in (("train", config["datasets"] if model in config["models"] else {}), ("bench", BENCHMARKS))
         for name in names
@@ -360,7 +360,7 @@ def data_source(kind, name):
 
 def data_family(wildcards):
     """The tiny-world family of a prepare_data job: its `family` folder's, else the default."""
-    return wildcards.get("family", contract.TINYWORLD_DEFAULT_FAMILY)
+    return wildcards.get("family", layout.TINYWORLD_DEFAULT_FAMILY)
 
 
 def data_inputs(wildcards):
@@ -381,7 +381,7 @@ def data_source_arg(wildcards):
     source = data_source(wildcards.kind, wildcards.name)
     if source != TINYWORLD:
         return source
-    return os.path.join(RESULTS, contract.tinyworld_raw_dir(data_family(wildcards)), data_loader(wildcards))
+    return os.path.join(RESULTS, layout.tinyworld_raw_dir(data_family(wildcards)), data_loader(wildcards))
 
 
 def data_selector(wildcards):
@@ -517,18 +517,18 @@ def external_paths(name):
 
 def external_records(wildcards=None):
     """Every external checkpoint's checkpoint.json; its eval/curve.csv lies beside (Table 1's rows)."""
-    return external_paths(contract.EXTERNAL_RECORD_FILE)
+    return external_paths(layout.EXTERNAL_RECORD_FILE)
 
 
 def analysis_manifests(wildcards):
     """Every cell's manifest: its train/metrics.jsonl is complete once the manifest exists."""
-    return cell_paths(contract.MANIFEST_FILE)
+    return cell_paths(layout.MANIFEST_FILE)
 
 
 def analysis_targets():
     """Table 1 (the grid's cells and the external checkpoints), and, for a campaign with a grid, the figures,
     the diagnosis and the comparison of its cells."""
-    folder = os.path.join(RESULTS, contract.ANALYSIS_DIR)
+    folder = os.path.join(RESULTS, layout.ANALYSIS_DIR)
     if not grid():
         return [f"{folder}/table1.{ext}" for ext in ("csv", "md", "tex")]
     return [
@@ -550,11 +550,11 @@ def campaign_targets():
     """
     return [
         *cell_paths(CURVE),
-        *cell_paths(f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"),
+        *cell_paths(f"{layout.EVAL_DIR}/{layout.EVAL_TRACKING_FILE}"),
         *external_paths(CURVE),
-        *external_paths(f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"),
+        *external_paths(f"{layout.EVAL_DIR}/{layout.EVAL_TRACKING_FILE}"),
         *analysis_targets(),
-        f"{RESULTS}/{contract.ANALYSIS_DIR}/mlflow.json",
+        f"{RESULTS}/{layout.ANALYSIS_DIR}/mlflow.json",
         *([f"{RESULTS}/data/card.json"] if tinyworld_cards() else []),
     ]
 

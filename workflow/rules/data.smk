@@ -7,13 +7,13 @@
 rule tinyworld_data:
     """Synthetic training sets and benchmarks in the real datasets' raw schemas (the default family)."""
     output:
-        manifest=tinyworld_manifest(contract.TINYWORLD_DEFAULT_FAMILY),
+        manifest=tinyworld_manifest(layout.TINYWORLD_DEFAULT_FAMILY),
     params:
         out=output_dir,
         seed=config["tinyworld"]["seed"],
         train_problems=config["tinyworld"]["train_problems"],
         bench_problems=config["tinyworld"]["bench_problems"],
-        family=contract.TINYWORLD_DEFAULT_FAMILY,
+        family=layout.TINYWORLD_DEFAULT_FAMILY,
     log:
         f"{RESULTS}/logs/tinyworld_data.log",
     benchmark:
@@ -43,7 +43,7 @@ rule tinyworld_model:
     input:
         raw=lambda wildcards: tinyworld_manifest(model_family(wildcards.model)),
     output:
-        card=os.path.join(RESULTS, contract.MODELS_DIR, "{model}", contract.MODEL_CARD_FILE),
+        card=os.path.join(RESULTS, layout.MODELS_DIR, "{model}", layout.MODEL_CARD_FILE),
     params:
         out=output_dir,
         raw=raw_dir,
@@ -52,7 +52,7 @@ rule tinyworld_model:
         sft_steps=config["tinyworld"]["sft_steps"],
         sft_length_buckets=config["tinyworld"]["sft_length_buckets"],
         regime=tinyworld_regime_arg,
-        answer_format=lambda wildcards: config["models"][wildcards.model].get("answer_format", contract.DEFAULT_ANSWER_FORMAT),
+        answer_format=lambda wildcards: config["models"][wildcards.model].get("answer_format", prompts.DEFAULT_ANSWER_FORMAT),
     log:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
     benchmark:
@@ -74,8 +74,8 @@ rule prepare_data:
     input:
         data_inputs,
     output:
-        data=os.path.join(RESULTS, contract.data_file("{kind}", "{name}")),
-        counts=os.path.join(RESULTS, contract.data_report_file("{kind}", "{name}")),
+        data=os.path.join(RESULTS, layout.data_file("{kind}", "{name}")),
+        counts=os.path.join(RESULTS, layout.data_report_file("{kind}", "{name}")),
     params:
         selector=data_selector,
         source=data_source_arg,
@@ -93,8 +93,8 @@ rule prepare_data:
 
 use rule prepare_data as prepare_data_family with:
     output:
-        data=os.path.join(RESULTS, contract.data_file("{kind}", "{name}", "{family}")),
-        counts=os.path.join(RESULTS, contract.data_report_file("{kind}", "{name}", "{family}")),
+        data=os.path.join(RESULTS, layout.data_file("{kind}", "{name}", "{family}")),
+        counts=os.path.join(RESULTS, layout.data_report_file("{kind}", "{name}", "{family}")),
     log:
         f"{RESULTS}/logs/prepare_data/{{family}}/{{kind}}-{{name}}.log",
     benchmark:

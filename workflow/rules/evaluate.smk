@@ -16,7 +16,7 @@ rule generate:
     wildcard_constraints:
         run=PER_CHECKPOINT_RUNS,
     output:
-        f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
+        f"{EVAL_STEP}/{layout.GENERATIONS_FILE}",
     params:
         checkpoint=checkpoint_path,
         bench_dir=bench_dir,
@@ -44,13 +44,13 @@ rule generate:
 rule score:
     """Per-problem correctness, Acc@n / Best@n per benchmark and the mean (docs/files.md)."""
     input:
-        generations=f"{EVAL_STEP}/{contract.GENERATIONS_FILE}",
+        generations=f"{EVAL_STEP}/{layout.GENERATIONS_FILE}",
         benchmarks=model_benchmarks,
     wildcard_constraints:
         run=PER_CHECKPOINT_RUNS,
     output:
-        scores=f"{EVAL_STEP}/{contract.SCORES_FILE}",
-        summary=f"{EVAL_STEP}/{contract.SUMMARY_FILE}",
+        scores=f"{EVAL_STEP}/{layout.SCORES_FILE}",
+        summary=f"{EVAL_STEP}/{layout.SUMMARY_FILE}",
     params:
         bench_dir=bench_dir,
         code_timeout=config["eval"]["code_timeout_s"],
@@ -91,7 +91,7 @@ rule collect_curve:
 if EVAL_JOBS == "cell":
     for _index, (_steps, _models) in enumerate(cell_eval_groups()):
         _name = "" if _index == 0 else f"_{_index + 1}"
-        _step_dirs = [os.path.join(CELL, contract.eval_step_relpath(step)) for step in _steps]
+        _step_dirs = [os.path.join(CELL, layout.eval_step_relpath(step)) for step in _steps]
 
         rule:
             """n samples per problem of every benchmark from every checkpoint of one cell, in one process."""
@@ -160,7 +160,7 @@ rule external_checkpoint:
     input:
         fetch=lambda wildcards: [ancient(FETCH)] if EXTERNALS[wildcards.model].kind == "hub" else [],
     output:
-        f"{RESULTS}/{{model}}/{EXTERNAL}/{contract.EXTERNAL_RECORD_FILE}",
+        f"{RESULTS}/{{model}}/{EXTERNAL}/{layout.EXTERNAL_RECORD_FILE}",
     wildcard_constraints:
         model="|".join(re.escape(name) for name in EXTERNALS) or "(?!)",
     params:
@@ -177,7 +177,7 @@ rule merge_verl:
     --sdm conda in envs/verl.yaml, else where Snakemake's Python imports verl; otherwise the workflow refuses
     the checkpoint at DAG build with this command (verl_in_jobs)."""
     output:
-        f"{RESULTS}/{{model}}/{EXTERNAL}/{contract.MERGED_DIR}/{contract.STEP_DIR_PREFIX}{{step}}/config.json",
+        f"{RESULTS}/{{model}}/{EXTERNAL}/{layout.MERGED_DIR}/{layout.STEP_DIR_PREFIX}{{step}}/config.json",
     wildcard_constraints:
         model="|".join(re.escape(name) for name, e in EXTERNALS.items() if e.verl) or "(?!)",
     params:

@@ -27,15 +27,15 @@ rule mlflow_log_eval:
     its training set and benchmarks as the run's dataset inputs (hub ones at fetch.json's revisions). An
     external checkpoint gets a run of its own, made from its checkpoint.json (which reads as a manifest)."""
     input:
-        manifest=lambda wildcards: os.path.join(EVAL_RUN.format(**wildcards), contract.EXTERNAL_RECORD_FILE
-                                                if wildcards.run == EXTERNAL else contract.MANIFEST_FILE),
+        manifest=lambda wildcards: os.path.join(EVAL_RUN.format(**wildcards), layout.EXTERNAL_RECORD_FILE
+                                                if wildcards.run == EXTERNAL else layout.MANIFEST_FILE),
         curve=f"{EVAL_RUN}/{CURVE}",
         benchmarks=model_benchmarks,
         fetch=[ancient(FETCH)] if USES_HUB else [],
         # a cell's store and experiment exist once it trained; an external checkpoint's run waits for them
         tracking=lambda wildcards: [f"{RESULTS}/mlflow/experiment.json"] if wildcards.run == EXTERNAL else [],
     output:
-        f"{EVAL_RUN}/{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}",
+        f"{EVAL_RUN}/{layout.EVAL_DIR}/{layout.EVAL_TRACKING_FILE}",
     wildcard_constraints:
         run=CURVE_RUNS,
     params:

@@ -8,7 +8,7 @@
 rule cell_config:
     """The resolved per-cell config; rewritten (and training rerun) only when a value changes."""
     output:
-        f"{CELL}/{contract.CELL_CONFIG_FILE}",
+        f"{CELL}/{layout.CELL_CONFIG_FILE}",
     params:
         cell=cell_config,
     log:
@@ -28,17 +28,17 @@ GPU_ALLOCATOR_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
 
 rule train:
     """GRPO on TRL with the cell's aggregation rule; resumes from the newest complete checkpoint.
-    `--launch` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
+    `balagg train` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
     input:
-        cell=f"{CELL}/{contract.CELL_CONFIG_FILE}",
+        cell=f"{CELL}/{layout.CELL_CONFIG_FILE}",
         data=lambda wildcards: data_path(wildcards.model, "train", wildcards.dataset),
         model=model_inputs,
         tracking=f"{RESULTS}/mlflow/experiment.json",
     output:
-        manifest=f"{CELL}/{contract.MANIFEST_FILE}",
+        manifest=f"{CELL}/{layout.MANIFEST_FILE}",
     params:
-        workdir=f"{CELL}/{contract.TRAIN_DIR}",
-        stale=f"--invalidate {CELL}/{contract.EVAL_DIR} --invalidate {RESULTS}/{contract.ANALYSIS_DIR}",
+        workdir=f"{CELL}/{layout.TRAIN_DIR}",
+        stale=f"--invalidate {CELL}/{layout.EVAL_DIR} --invalidate {RESULTS}/{layout.ANALYSIS_DIR}",
         allocator=lambda wildcards: GPU_ALLOCATOR_ENV if model_resource("train_resources", "gpus")(wildcards) > 0 else "",
     log:
         f"{CELL}/logs/train.log",
@@ -57,5 +57,5 @@ rule train:
     conda:
         "../../envs/gpu.yaml"
     shell:
-        "{params.allocator}python -m balagg train --launch --cell {input.cell} --workdir {params.workdir}"
+        "{params.allocator}python -m balagg train --cell {input.cell} --workdir {params.workdir}"
         " --out {output.manifest} {params.stale} > {log} 2>&1"

@@ -25,9 +25,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from balagg import contract
+from balagg.benchmarks import MEAN, PAPER_SAMPLES, UNPARSABLE_GOLDS, benchmark_order, eval_metrics, samples_of_columns
 from balagg.evaluation.scoring.metrics import summary_rows
 from balagg.io import read_jsonl_lines
+from balagg.layout import (
+    CAMPAIGN_DIRS,
+    CHECKPOINTS_DIR,
+    CURVE_FILE,
+    EVAL_DIR,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    SEED_DIR,
+    SUMMARY_FILE,
+    TRAIN_DIR,
+    cell_relpath,
+    parse_step_dirname,
+)
 
 __all__ = [
     "MEAN",
@@ -40,8 +53,7 @@ __all__ = [
     "cell_key_from_path",
 ]
 
-MEAN = contract.MEAN
-METRICS: tuple[str, ...] = contract.eval_metrics(contract.PAPER_SAMPLES)
+METRICS: tuple[str, ...] = eval_metrics(PAPER_SAMPLES)
 """What the analysis reports: Acc@8, Best@8 and the bootstrap Best@8 (the paper's n = 8 samples per problem)."""
 
 REQUIRED_METRICS: tuple[str, ...] = METRICS[:2]
@@ -49,10 +61,6 @@ REQUIRED_METRICS: tuple[str, ...] = METRICS[:2]
 scored before it existed."""
 
 _CURVE_COLUMNS = ("step", "benchmark", *REQUIRED_METRICS)
-
-UNPARSABLE_GOLDS = contract.UNPARSABLE_GOLDS
-"""Problems of a benchmark whose gold the verifier cannot parse, scored incorrect (NaN where not recorded);
-the analysis names them in Table 1's notes."""
 
 
 @dataclass(frozen=True, order=True)
@@ -66,7 +74,7 @@ class CellKey:
 
     @property
     def relpath(self) -> str:
-        return contract.cell_relpath(self.model, self.dataset, self.aggregator, self.seed)
+        return cell_relpath(self.model, self.dataset, self.aggregator, self.seed)
 
     def __str__(self) -> str:
         return self.relpath
@@ -174,7 +182,7 @@ def cell_key_from_path(campaign_dir: Path, path: Path) -> CellKey:
         parts = Path(path).resolve().relative_to(Path(campaign_dir).resolve()).parts
     except ValueError:
         raise ValueError(f"{path} is not inside campaign folder {campaign_dir}") from None
-    match = contract.SEED_DIR.match(parts[3]) if len(parts) >= 4 else None
+    match = SEED_DIR.match(parts[3]) if len(parts) >= 4 else None
     if not match:
         raise ValueError(f"{path} is not inside a cell folder {{model}}/{{dataset}}/{{aggregator}}/seed{{N}} "
                          f"of {campaign_dir}")
@@ -185,7 +193,7 @@ def discover_cells(campaign_dir: Path) -> list[CellKey]:
     """Every ``{model}/{dataset}/{aggregator}/seed{N}`` folder under ``campaign_dir``."""
     keys = []
     for seed_dir in Path(campaign_dir).glob("*/*/*/seed*"):
-        if seed_dir.is_dir() and contract.SEED_DIR.match(seed_dir.name) and seed_dir.parts[-4] not in contract.CAMPAIGN_DIRS:
+        if seed_dir.is_dir() and SEED_DIR.match(seed_dir.name) and seed_dir.parts[-4] not in CAMPAIGN_DIRS:
             keys.append(cell_key_from_path(campaign_dir, seed_dir))
     return sorted(keys)
 
@@ -194,7 +202,7 @@ def _step_dirs(folder: Path) -> dict[int, Path]:
     if not folder.is_dir():
         return {}
     return {step: p for p in folder.iterdir()
-            if p.is_dir() and (step := contract.parse_step_dirname(p.name)) is not None}
+            if p.is_dir() and (step := parse_step_dirname(p.name)) is not None}
 
 
 def _manifest_steps(manifest: dict) -> set[int]:
@@ -222,10 +230,10 @@ def _read_curve(path: Path) -> list[dict]:
         reader = csv.DictReader(handle)
         columns = reader.fieldnames or []
         missing = [c for c in _CURVE_COLUMNS if c not in columns]
-        n = contract.samples_of_columns(columns)
-        if missing and n is not None and n != contract.PAPER_SAMPLES:
+        n = samples_of_columns(columns)
+        if missing and n is not None and n != PAPER_SAMPLES:
             raise ValueError(f"{path}: scored with n={n} samples per problem; the analysis reports "
-                             f"{' and '.join(REQUIRED_METRICS)} (evaluate with n={contract.PAPER_SAMPLES})")
+                             f"{' and '.join(REQUIRED_METRICS)} (evaluate with n={PAPER_SAMPLES})")
         if missing:
             raise ValueError(f"{path}: missing columns {missing} (docs/files.md: {','.join(_CURVE_COLUMNS)},...)")
         return [{"step": int(row["step"]), "benchmark": row["benchmark"],
@@ -234,7 +242,7 @@ def _read_curve(path: Path) -> list[dict]:
 
 def _read_summary(path: Path) -> list[dict]:
     summary = json.loads(path.read_text())
-    if isinstance(summary, dict) and summary.get("n", contract.PAPER_SAMPLES) != contract.PAPER_SAMPLES:
+    if isinstance(summary, dict) and summary.get("n", PAPER_SAMPLES) != PAPER_SAMPLES:
         raise ValueError(f"scored with n={summary['n']} samples per problem; the analysis reports "
                          f"{' and '.join(REQUIRED_METRICS)}")
     return [{"step": row["step"], "benchmark": row["benchmark"],
@@ -260,9 +268,9 @@ def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dic
 
 def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
     """Rows of one cell's curve and summaries, keyed by step (curve.csv wins for steps it has)."""
-    eval_dir = cell.path / contract.EVAL_DIR
+    eval_dir = cell.path / EVAL_DIR
     rows: list[dict] = []
-    curve = eval_dir / contract.CURVE_FILE
+    curve = eval_dir / CURVE_FILE
     if curve.is_file():
         try:
             rows = _read_curve(curve)
@@ -270,7 +278,7 @@ def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
             problems.append(Problem("bad-file", str(error), cell.key))
     in_curve = {r["step"] for r in rows}
     for step, folder in sorted(_step_dirs(eval_dir).items()):
-        summary = folder / contract.SUMMARY_FILE
+        summary = folder / SUMMARY_FILE
         if step in in_curve or not summary.is_file():
             continue
         try:
@@ -282,9 +290,9 @@ def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
 
 def _scan_cell(key: CellKey, path: Path, problems: list[Problem]) -> tuple[Cell, list[dict], list[dict]]:
     cell = Cell(key, path)
-    cell.expected_steps |= set(_step_dirs(path / contract.TRAIN_DIR / contract.CHECKPOINTS_DIR))
-    cell.expected_steps |= set(_step_dirs(path / contract.EVAL_DIR))
-    manifest = path / contract.MANIFEST_FILE
+    cell.expected_steps |= set(_step_dirs(path / TRAIN_DIR / CHECKPOINTS_DIR))
+    cell.expected_steps |= set(_step_dirs(path / EVAL_DIR))
+    manifest = path / MANIFEST_FILE
     if manifest.is_file():
         cell.has_manifest = True
         try:
@@ -292,7 +300,7 @@ def _scan_cell(key: CellKey, path: Path, problems: list[Problem]) -> tuple[Cell,
         except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as error:
             problems.append(Problem("bad-file", f"{manifest}: unreadable ({error})", key))
     eval_rows = _load_cell_evals(cell, problems)
-    metrics_path = path / contract.TRAIN_DIR / contract.METRICS_FILE
+    metrics_path = path / TRAIN_DIR / METRICS_FILE
     train_rows = _read_metrics(metrics_path, key, problems) if metrics_path.is_file() else []
     cell.has_train_metrics = bool(train_rows)
     if not train_rows:
@@ -346,7 +354,7 @@ def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None =
 
     problems: list[Problem] = [Problem("missing-cell", "no cell folder", key) for key in grid if key not in set(found)]
     scanned = {key: _scan_cell(key, root / key.relpath, problems) for key in found}
-    benchmarks = contract.benchmark_order({r["benchmark"] for _, rows, _ in scanned.values() for r in rows})
+    benchmarks = benchmark_order({r["benchmark"] for _, rows, _ in scanned.values() for r in rows})
 
     eval_rows, train_rows, cell_map = [], [], {}
     for key, (cell, rows, metrics) in scanned.items():

@@ -31,7 +31,7 @@ import math
 import pandas as pd
 
 from balagg.analysis.campaign import Campaign
-from balagg.analysis.summarise import ACC
+from balagg.analysis.seed_means import ACC
 from balagg.analysis.uncertainty import load_problem_scores, stratified_mean_se
 
 __all__ = ["COMPARISON_COLUMNS", "MDD_FACTOR", "paired_difference", "comparison_table", "pair_result", "to_markdown",

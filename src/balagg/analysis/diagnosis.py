@@ -31,7 +31,7 @@ import pandas as pd
 from balagg import settings
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.comparison import comparison_table, pair_result
-from balagg.analysis.summarise import ACC, last_column, peak_column
+from balagg.analysis.seed_means import ACC, last_column, peak_column
 from balagg.analysis.campaign import Campaign
 
 TOKEN, SEQ = "token-agg", "seq-agg"

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from balagg.analysis import peak_and_last
 from balagg.analysis.campaign import Campaign
 from balagg.analysis.plotting import aggregator_colors
-from balagg.analysis.summarise import ACC, last_column, peak_column
+from balagg.analysis.seed_means import ACC, last_column, peak_column
 
 PEAK, LAST = peak_column(ACC), last_column(ACC)
 

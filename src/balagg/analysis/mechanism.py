@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 
 from balagg.analysis.campaign import MEAN, Campaign
 from balagg.analysis.plotting import aggregator_colors, aggregator_styles, mark_missing
-from balagg.analysis.summarise import ACC, smooth
+from balagg.analysis.seed_means import ACC, smooth
 
 __all__ = ["MECHANISM_METRICS", "mechanism_frame", "mechanism_curves", "mechanism_summary", "make_figure",
            "ENGAGED_ABOVE", "ENGAGED_BELOW"]

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
-from balagg.analysis.summarise import smooth  # noqa: E402
+from balagg.analysis.seed_means import smooth  # noqa: E402
 
 __all__ = ["aggregator_colors", "aggregator_styles", "plot_training_lines", "smoothing_phrase", "mark_missing"]
 

@@ -31,7 +31,7 @@ import pandas as pd
 
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.campaign import METRICS
-from balagg.analysis.summarise import last_column, peak_column
+from balagg.analysis.seed_means import last_column, peak_column
 from balagg.analysis.uncertainty import add_standard_errors
 from balagg.analysis.campaign import Campaign
 
@@ -89,8 +89,8 @@ def compare_with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame
 
 def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
                 checkpoints: list[Path] = ()) -> pd.DataFrame:
-    """Our rows (:func:`~balagg.analysis.summarise.peak_and_last` of the six-benchmark mean; each row's peak
-    and last step are computed by :func:`~balagg.analysis.summarise.peak_and_last_of_group`), with ``paper_<metric>``,
+    """Our rows (:func:`~balagg.analysis.seed_means.peak_and_last` of the six-benchmark mean; each row's peak
+    and last step are computed by :func:`~balagg.analysis.seed_means.peak_and_last_of_group`), with ``paper_<metric>``,
     ``paper_<metric>_source`` and ``diff_<metric>`` (ours - paper) beside each metric when ``paper`` is
     given (NaN where the paper has no value). ``checkpoints``: rows of external checkpoints after the grid's
     (:func:`checkpoint_rows`); ``campaign`` None for a campaign of checkpoints only."""
@@ -118,18 +118,19 @@ CHECKPOINT_DATASET = "(checkpoint)"
 
 def checkpoint_row(record_path: Path) -> dict:
     """Table 1's row of one external checkpoint from its ``checkpoint.json`` and the curve beside it."""
-    from balagg import checkpoints, contract
+    from balagg import checkpoints
     from balagg.analysis.campaign import read_curve
     from balagg.analysis.uncertainty import read_scores, stratified_mean_se
-    from balagg.analysis.summarise import SUMMARY_COLUMNS
+    from balagg.analysis.seed_means import PEAK_AND_LAST_COLUMNS
+    from balagg.layout import CURVE_FILE, EVAL_DIR, SCORES_FILE, eval_step_relpath
 
     record_path = Path(record_path)
     record = json.loads(record_path.read_text())
-    row: dict = {c: math.nan for c in SUMMARY_COLUMNS}
+    row: dict = {c: math.nan for c in PEAK_AND_LAST_COLUMNS}
     row.update({"dataset": CHECKPOINT_DATASET, "model": record["name"], "aggregator": checkpoints.label(record),
                 "benchmark": MEAN, "n_seeds": 1, "n_seeds_grid": 1, "note": "",
                 "source": record["source"], "revision": record.get("revision"), "commit": record.get("commit")})
-    curve = pd.DataFrame(read_curve(record_path.parent / contract.EVAL_DIR / contract.CURVE_FILE))
+    curve = pd.DataFrame(read_curve(record_path.parent / EVAL_DIR / CURVE_FILE))
     mean = curve[curve.benchmark == MEAN].set_index("step").sort_index() if len(curve) else curve
     expected = sorted(int(step) for step in record.get("steps", {}))
     if mean.empty:
@@ -141,7 +142,7 @@ def checkpoint_row(record_path: Path) -> dict:
     trained = [step for step in mean.index if step > 0] or list(mean.index)
 
     def se(step: int, metric: str) -> float:
-        scores = record_path.parent / contract.eval_step_relpath(step, contract.SCORES_FILE)
+        scores = record_path.parent / eval_step_relpath(step, SCORES_FILE)
         if not scores.is_file():
             return math.nan
         frame = pd.DataFrame(read_scores(scores))

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balagg import contract
 from balagg.analysis.campaign import Campaign, CellKey
-from balagg.analysis.summarise import ACC, BEST, last_column, peak_column
+from balagg.analysis.seed_means import ACC, BEST, last_column, peak_column
 from balagg.io import read_jsonl_lines
+from balagg.layout import INITIAL_RUN, SCORES_FILE, eval_step_relpath
 
 __all__ = ["SCORE_COLUMNS", "load_problem_scores", "stratified_mean_se", "add_standard_errors", "value_se"]
 
@@ -60,10 +60,10 @@ def load_problem_scores(campaign: Campaign) -> pd.DataFrame:
     cache: dict[Path, list[dict]] = {}
     for model, dataset, aggregator, seed, step in complete.itertuples(index=False):
         key = CellKey(model, dataset, aggregator, int(seed))
-        scores_file = contract.eval_step_relpath(int(step), contract.SCORES_FILE)
+        scores_file = eval_step_relpath(int(step), SCORES_FILE)
         path = campaign.root / key.relpath / scores_file
         if not path.is_file() and int(step) == 0:
-            path = campaign.root / model / contract.INITIAL_RUN / scores_file
+            path = campaign.root / model / INITIAL_RUN / scores_file
         if not path.is_file():
             continue
         if path not in cache:

@@ -13,7 +13,7 @@ import io
 import json
 from pathlib import Path
 
-from balagg import contract
+from balagg.benchmarks import MEAN, summary_columns
 
 
 def curve_rows(summary_paths: list[Path]) -> tuple[list[dict], int]:
@@ -25,8 +25,8 @@ def curve_rows(summary_paths: list[Path]) -> tuple[list[dict], int]:
     for path in summary_paths:
         summary = json.loads(Path(path).read_text())
         try:
-            if contract.MEAN not in summary:
-                raise KeyError(contract.MEAN)
+            if MEAN not in summary:
+                raise KeyError(MEAN)
             step_rows = summary_rows(summary)
             samples.setdefault(summary_samples(summary), path)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -39,7 +39,7 @@ def curve_rows(summary_paths: list[Path]) -> tuple[list[dict], int]:
             raise ValueError(f"step {step} appears twice: {seen_steps[step]} and {path}")
         seen_steps[step] = path
         rows.extend(step_rows)
-    rows.sort(key=lambda row: (row["step"], row["benchmark"] == contract.MEAN, row["benchmark"]))
+    rows.sort(key=lambda row: (row["step"], row["benchmark"] == MEAN, row["benchmark"]))
     return rows, next(iter(samples))
 
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows, n = curve_rows(args.summaries)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=contract.summary_columns(n), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=summary_columns(n), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(args.out, buffer.getvalue())

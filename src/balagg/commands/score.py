@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from balagg import contract, settings
+from balagg import settings
+from balagg.benchmarks import MEAN, UNPARSABLE_GOLD_IDS, acc_metric, best_metric
+from balagg.prompts import ANSWER_FORMATS
 
 
 def _ks(text: str) -> tuple[int, ...]:
@@ -46,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--strict-golds", action="store_true",
                         help="stop at a gold answer the math verifier cannot parse (default: score that problem "
                              "incorrect in every sample, count it in summary.json and name it at the end)")
-    parser.add_argument("--answer-format", choices=contract.ANSWER_FORMATS, default=None,
+    parser.add_argument("--answer-format", choices=ANSWER_FORMATS, default=None,
                         help="math answer extraction (default: generation.json's, what the prompt asked for)")
     parser.set_defaults(func=run)
 
@@ -71,15 +73,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(summary: dict) -> None:
-    acc, best = contract.acc_metric(summary["n"]), contract.best_metric(summary["n"])
+    acc, best = acc_metric(summary["n"]), best_metric(summary["n"])
     print(f"{'benchmark':<16} {acc:>8} {best:>8} {'problems':>9} {'trunc':>6}")
     for name, entry in summary["benchmarks"].items():
         print(f"{name:<16} {entry[acc]:>8.4f} {entry[best]:>8.4f} {entry['n_problems']:>9d} "
               f"{entry['truncation_rate']:>6.3f}")
-    mean = summary[contract.MEAN]
-    print(f"{contract.MEAN:<16} {mean[acc]:>8.4f} {mean[best]:>8.4f}")
-    unparsable = {name: entry[contract.UNPARSABLE_GOLD_IDS] for name, entry in summary["benchmarks"].items()
-                  if entry.get(contract.UNPARSABLE_GOLD_IDS)}
+    mean = summary[MEAN]
+    print(f"{MEAN:<16} {mean[acc]:>8.4f} {mean[best]:>8.4f}")
+    unparsable = {name: entry[UNPARSABLE_GOLD_IDS] for name, entry in summary["benchmarks"].items()
+                  if entry.get(UNPARSABLE_GOLD_IDS)}
     if unparsable:
         print("unparsable gold answers, scored incorrect (--strict-golds to stop at them): " + "; ".join(
             f"{name} {len(ids)} ({', '.join(ids)})" for name, ids in unparsable.items()), file=sys.stderr)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 
-from balagg import contract, settings
+from balagg import settings
+from balagg.layout import TINYWORLD_DEFAULT_FAMILY, TINYWORLD_FAMILIES
+from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT
 
 
 def _positive(text: str) -> int:
@@ -46,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="problems per training set")
     data.add_argument("--bench-problems", type=_positive, default=settings.TINYWORLD.bench_problems,
                       help="problems per benchmark")
-    data.add_argument("--family", choices=contract.TINYWORLD_FAMILIES, default=contract.TINYWORLD_DEFAULT_FAMILY,
+    data.add_argument("--family", choices=TINYWORLD_FAMILIES, default=TINYWORLD_DEFAULT_FAMILY,
                       help="task family of the training sets and math benchmarks (balagg.tinyworld.raw.FAMILIES)")
     data.set_defaults(func=run_data)
 
@@ -64,7 +66,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     model.add_argument("--card-problems", type=_positive, default=64, help="problems per training set in the card")
     model.add_argument("--card-samples", type=_positive, default=8, help="samples per problem in the card")
     model.add_argument("--max-new-tokens", type=_positive, default=96)
-    model.add_argument("--answer-format", choices=contract.ANSWER_FORMATS, default=contract.DEFAULT_ANSWER_FORMAT,
+    model.add_argument("--answer-format", choices=ANSWER_FORMATS, default=DEFAULT_ANSWER_FORMAT,
                        help="how the card's step-0 answers are read (the model's answer_format, as in training)")
     model.add_argument("--regime", default=None,
                        help="laboratory length regime of the warm start (balagg.tinyworld.regimes; default: the "

@@ -8,7 +8,7 @@ for a row the source's filter drops (LiveCodeBench's date window). Records follo
 from __future__ import annotations
 
 from balagg.data.fields import BadRow, answer_text, last_boxed, text_field
-from balagg.contract import DAPO_TEMPLATE
+from balagg.prompts import DAPO_TEMPLATE
 
 DAPO_PREFIX, DAPO_SUFFIX = DAPO_TEMPLATE.split("{problem}")  # the dataset's own instruction wrapper
 

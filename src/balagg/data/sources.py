@@ -1,7 +1,7 @@
 """The registry of data sources: name -> where the data lives on the hub and how to normalise a row.
 
-Names are :data:`balagg.contract.BENCHMARKS` (``math500`` ... ``livecodebench``, in that order) and
-:data:`balagg.contract.TRAINING_SETS` (``dapo-math-17k``, ``polaris-53k``). ``expected_rows`` is the size of the full normalised set
+Names are :data:`balagg.benchmarks.BENCHMARKS` (``math500`` ... ``livecodebench``, in that order) and
+:data:`balagg.benchmarks.TRAINING_SETS` (``dapo-math-17k``, ``polaris-53k``). ``expected_rows`` is the size of the full normalised set
 (None where it depends on options); ``prepare`` reports a mismatch but does not fail on it, since
 local mirrors and test fixtures are subsets.
 """

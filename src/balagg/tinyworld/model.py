@@ -14,7 +14,7 @@ identical prompts with or without ``apply_chat_template``:
     {last user message}{assistant message}<eos>
 
 (system messages and the generation prompt add nothing). Load a saved tokenizer with
-:func:`balagg.contract.load_tokenizer` (as training and evaluation do), never with ``AutoTokenizer``:
+:func:`balagg.prompts.load_tokenizer` (as training and evaluation do), never with ``AutoTokenizer``:
 for ``model_type=qwen2`` that returns Qwen2's byte-level tokenizer whatever ``tokenizer_class`` says
 (transformers 5.17), which drops spaces and changes the ids.
 
@@ -29,7 +29,7 @@ import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from balagg import contract
+from balagg.prompts import load_tokenizer
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<bos>", "<unk>")
 PAD, EOS, BOS, UNK = SPECIAL_TOKENS
@@ -169,13 +169,13 @@ def save_checkpoint(model, tokenizer, out_dir: str | os.PathLike, metadata: dict
 
 
 def load_checkpoint(path: str | os.PathLike):
-    """Load ``(model, tokenizer)`` from a checkpoint dir (``from_pretrained`` + :func:`balagg.contract.load_tokenizer`)."""
+    """Load ``(model, tokenizer)`` from a checkpoint dir (``from_pretrained`` + :func:`balagg.prompts.load_tokenizer`)."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"{path} is not a model checkpoint (no config.json)")
-    tokenizer = contract.load_tokenizer(path)
+    tokenizer = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     return model, tokenizer
 

@@ -35,10 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from balagg import contract, settings
+from balagg import settings
 from balagg.data.rows import DAPO_PREFIX, DAPO_SUFFIX
 from balagg.data.sources import SOURCES
 from balagg.io import atomic_path, atomic_write_text, read_jsonl
+from balagg.layout import RAW_MANIFEST_FILE, TINYWORLD_DEFAULT_FAMILY, TINYWORLD_FAMILIES
 from balagg.tinyworld import walks
 from balagg.tinyworld.tasks import (
     BENCH_TASKS,
@@ -90,7 +91,7 @@ def _chains(task: ArithmeticTask, rng: random.Random, n: int):
     return chains
 
 
-FAMILIES = contract.TINYWORLD_FAMILIES
+FAMILIES = TINYWORLD_FAMILIES
 """The tiny world's task families (a tiny model's is its warm start's): arithmetic chains
 (balagg.tinyworld.tasks) or walks (balagg.tinyworld.walks.WORLDS) in the training sets and the math
 benchmarks; the code benchmark is the same in every family."""
@@ -274,7 +275,7 @@ def _sha256(path: Path) -> str:
 
 def write_raw(out: str | os.PathLike, seed: int, train_problems: int = settings.TINYWORLD.train_problems,
               bench_problems: int = settings.TINYWORLD.bench_problems,
-              names: tuple[str, ...] | None = None, family: str = contract.TINYWORLD_DEFAULT_FAMILY) -> dict:
+              names: tuple[str, ...] | None = None, family: str = TINYWORLD_DEFAULT_FAMILY) -> dict:
     """Write every dataset (or ``names``) of ``family`` under ``out`` and ``out/manifest.json`` (last);
     return it."""
     if train_problems < 1 or bench_problems < 1:
@@ -307,5 +308,5 @@ def write_raw(out: str | os.PathLike, seed: int, train_problems: int = settings.
         "datasets": datasets,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    atomic_write_text(out / contract.RAW_MANIFEST_FILE, text)
+    atomic_write_text(out / RAW_MANIFEST_FILE, text)
     return json.loads(text)

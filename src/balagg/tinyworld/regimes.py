@@ -29,7 +29,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from balagg import contract
+from balagg.layout import TINYWORLD_DEFAULT_FAMILY, TINYWORLD_SOURCE
 from balagg.tinyworld import walks
 from balagg.tinyworld.tasks import (
     TRAIN_TASKS,
@@ -63,8 +63,8 @@ class Regime:
 
     @property
     def family(self) -> str:
-        """The tiny-world task family whose problems this regime's warm start writes (contract.TINYWORLD_FAMILIES)."""
-        return self.walk_world if self.wrong_style in WALK_STYLES else contract.TINYWORLD_DEFAULT_FAMILY
+        """The tiny-world task family whose problems this regime's warm start writes (balagg.layout.TINYWORLD_FAMILIES)."""
+        return self.walk_world if self.wrong_style in WALK_STYLES else TINYWORLD_DEFAULT_FAMILY
 
     def __post_init__(self):
         if self.wrong_style not in WRONG_STYLES:
@@ -93,16 +93,16 @@ def get_regime(name: str) -> Regime:
 
 
 def warm_start_family(regime: str | None) -> str:
-    """The task family (contract.TINYWORLD_FAMILIES) of the problems a warm start writes: the named
+    """The task family (balagg.layout.TINYWORLD_FAMILIES) of the problems a warm start writes: the named
     regime's, or the default mix's (chains) for ``None``."""
-    return get_regime(regime).family if regime else contract.TINYWORLD_DEFAULT_FAMILY
+    return get_regime(regime).family if regime else TINYWORLD_DEFAULT_FAMILY
 
 
 def model_family(spec: dict) -> str:
     """The task family of a configured model's problems (``models.<name>`` of the workflow config): a tiny
     model's warm start's; the default family for a model not built here."""
-    if spec["path"] != contract.TINYWORLD_SOURCE:
-        return contract.TINYWORLD_DEFAULT_FAMILY
+    if spec["path"] != TINYWORLD_SOURCE:
+        return TINYWORLD_DEFAULT_FAMILY
     return warm_start_family(spec.get("tinyworld_regime"))
 
 

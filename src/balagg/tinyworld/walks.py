@@ -142,7 +142,7 @@ class WalkWorld:
 
 
 WORLDS = {"walks": WalkWorld(), "walks4": WalkWorld(mod=80, lattice=4, slips=(-10, -2, -1, 1, 2, 10))}
-"""The tiny world's walk families (contract.TINYWORLD_FAMILIES) by name."""
+"""The tiny world's walk families (balagg.layout.TINYWORLD_FAMILIES) by name."""
 WALKS = WORLDS["walks"]
 
 

@@ -28,8 +28,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from balagg import contract, settings
+from balagg import settings
 from balagg.io import write_json
+from balagg.layout import MODEL_CARD_FILE, RAW_MANIFEST_FILE, TINYWORLD_DEFAULT_FAMILY
+from balagg.prompts import DEFAULT_ANSWER_FORMAT, render_prompt
 from balagg.tinyworld.model import PROMPT_TEMPLATE
 from balagg.tinyworld.regimes import get_regime, regime_examples, warm_start_family
 from balagg.tinyworld.tasks import warm_start_examples
@@ -83,7 +85,7 @@ def _batches(config: WarmStartConfig, tokenizer, examples: list | None = None) -
     eos = tokenizer.eos_token_id
     pools: dict[bool, list] = {True: [], False: []}
     for example in examples:
-        prompt = tokenizer(contract.render_prompt(PROMPT_TEMPLATE, problem=example.prompt), add_special_tokens=False)["input_ids"]
+        prompt = tokenizer(render_prompt(PROMPT_TEMPLATE, problem=example.prompt), add_special_tokens=False)["input_ids"]
         completion = tokenizer(example.completion, add_special_tokens=False)["input_ids"] + [eos] * example.ends
         pools[example.source == "code"].append((prompt, completion))
     batches = []
@@ -187,7 +189,7 @@ def boxed_integer(text: str) -> int | None:
         return None
 
 
-def answer_checker(answer_format: str = contract.DEFAULT_ANSWER_FORMAT) -> tuple[str, Callable[[str, str], bool]]:
+def answer_checker(answer_format: str = DEFAULT_ANSWER_FORMAT) -> tuple[str, Callable[[str, str], bool]]:
     """``(description, check(text, gold) -> bool)``: the project's math verifier on what the reward and
     the scoring give it (:func:`balagg.prompts.answer_for_verifier` with ``answer_format``) when its
     pinned math-verify is installed, otherwise integer comparison of the last ``\\boxed{}``."""
@@ -224,7 +226,7 @@ def sample_completions(model, tokenizer, problems: list[str], samples_per_proble
 
     torch.manual_seed(seed)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    jobs = [(i, contract.render_prompt(PROMPT_TEMPLATE, problem=p)) for i, p in enumerate(problems) for _ in range(samples_per_problem)]
+    jobs = [(i, render_prompt(PROMPT_TEMPLATE, problem=p)) for i, p in enumerate(problems) for _ in range(samples_per_problem)]
     tokenizer.padding_side = "left"
     samples = []
     for start in range(0, len(jobs), batch_size):
@@ -325,7 +327,7 @@ def summary_line(model_name: str, card: dict) -> str:
 
 def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStartConfig | None = None,
                      card_problems: int = 64, samples_per_problem: int = 8, max_new_tokens: int = 96,
-                     train_sets: tuple[str, ...] | None = None, answer_format: str = contract.DEFAULT_ANSWER_FORMAT) -> dict:
+                     train_sets: tuple[str, ...] | None = None, answer_format: str = DEFAULT_ANSWER_FORMAT) -> dict:
     """Build tiny model ``size``, warm-start it, save it to ``out`` and write ``out/card.json`` last.
 
     The card holds the step-0 statistics per training set found in ``raw_dir`` (its manifest), judged as
@@ -342,16 +344,16 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
 
     torch.set_num_threads(1)
     raw_dir, out = Path(raw_dir), Path(out)
-    manifest_path = raw_dir / contract.RAW_MANIFEST_FILE
+    manifest_path = raw_dir / RAW_MANIFEST_FILE
     if not manifest_path.is_file():
         raise ValueError(f"{raw_dir} has no manifest.json (run `python -m balagg tinyworld data` first)")
     manifest = json.loads(manifest_path.read_text())
     config = config or WarmStartConfig(seed=seed)
-    family, writes = manifest.get("family", contract.TINYWORLD_DEFAULT_FAMILY), warm_start_family(config.regime)
+    family, writes = manifest.get("family", TINYWORLD_DEFAULT_FAMILY), warm_start_family(config.regime)
     if family != writes:
         raise ValueError(f"{manifest_path}: the tiny world's family is {family!r}, but the warm start "
                          f"({config.regime or 'the default mix'}) writes {writes!r} problems; "
-                         f"give it the raw folder of the {writes} family (contract.tinyworld_raw_dir)")
+                         f"give it the raw folder of the {writes} family (balagg.layout.tinyworld_raw_dir)")
     if train_sets is None:
         train_sets = tuple(n for n, d in manifest["datasets"].items() if d["role"] == "train")
     tokenizer = build_tokenizer()
@@ -393,7 +395,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
     }
     card["regime"]["met"] = card["regime"]["all_in_regime"] and bool(card["regime"]["wrong_longer_in"])
     save_checkpoint(model, tokenizer, out, metadata={k: card[k] for k in ("model", "shape", "seed", "prompt_template")})
-    write_json(out / contract.MODEL_CARD_FILE, card)  # undefined statistics (no wrong answer, no mixed group) -> null
+    write_json(out / MODEL_CARD_FILE, card)  # undefined statistics (no wrong answer, no mixed group) -> null
     log.info(summary_line(size, card))
     return card
 

@@ -12,7 +12,7 @@
 - :mod:`balagg.train.files`: the work-directory layout and atomic file operations;
 - :mod:`balagg.train.data`: training prompts from the normalised JSONL;
 - :mod:`balagg.train.deadline`: stopping at a resumable checkpoint before the time limit or on a signal;
-- :mod:`balagg.train.launch`, :mod:`balagg.train.agent`: the launch command, and ``accelerate launch``
-  passing stop signals on to the ranks;
-- :mod:`balagg.train.run`: ``run_cell``, resume and the manifest.
+- :mod:`balagg.train.launch`, :mod:`balagg.train.agent`: the launcher's role (``balagg train``): one
+  process in its own, several through ``accelerate launch``, which passes stop signals on to the ranks;
+- :mod:`balagg.train.run`: the worker's role (``balagg train-worker``): ``run_cell``, resume and the manifest.
 """

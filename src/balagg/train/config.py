@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from balagg import contract, settings
+from balagg import settings
 from balagg.aggregators import SCOPES, aggregator, check_scope
 from balagg.config_schema import setting
-from balagg.prompts import ANSWER_FORMATS, PromptFormat
+from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, PromptFormat, check_template
 
 OPERATIONAL_FIELDS = ("time_limit_minutes", "collective_timeout_minutes", "mlflow_tracking_uri", "mlflow_experiment")
 """Fields that change how a job is run or where it is logged, not what it trains (left out of the config
@@ -60,11 +60,11 @@ class CellConfig:
         None, "context override (balagg.context); None: the model's own", in_schema=False)
 
     # prompt and reward
-    prompt_template: str = setting(contract.MATH_TEMPLATE, "training prompt; must contain {problem}")
+    prompt_template: str = setting(MATH_TEMPLATE, "training prompt; must contain {problem}")
     use_chat_template: bool = setting(True, "wrap prompts in the tokenizer's chat template", in_schema=False)
     enable_thinking: bool | None = setting(None, "chat template switch (Qwen3); None: the template's default",
                                            in_schema=False)
-    answer_format: str = setting(contract.DEFAULT_ANSWER_FORMAT,
+    answer_format: str = setting(DEFAULT_ANSWER_FORMAT,
                                  "what the prompt asks for; the reward extracts that (balagg.prompts)",
                                  choices=ANSWER_FORMATS)
     reward_correct: float = setting(1.0)
@@ -161,7 +161,7 @@ class CellConfig:
             self.output_name = f"{self.model_name}/{self.dataset_name}/{self.aggregator}/seed{self.seed}"
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"cell config: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
-        contract.check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
+        check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
         positive = ("num_generations", "prompts_per_step", "mini_batches", "micro_batch_size", "num_iterations",
                     "max_prompt_length", "max_completion_length", "total_steps", "save_every", "keep_checkpoints",
                     "num_processes", "torch_threads", "verifier_workers")

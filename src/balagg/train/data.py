@@ -2,7 +2,7 @@
 
     {"id": "dapo-00042", "problem": "...", "answer": "34", "source": "dapo-math-17k"}
 
-Each row becomes a TRL prompt -- ``prompt_template`` rendered by ``balagg.contract.render_prompt(template,
+Each row becomes a TRL prompt -- ``prompt_template`` rendered by ``balagg.prompts.render_prompt(template,
 problem=...)``, as one user message when the cell uses the chat template, else as plain text, wrapped by
 :mod:`balagg.prompts` exactly as the evaluation renders it -- with its gold answer(s) in the ``answer``
 column (a list of strings, the form the verifier accepts for several golds). Prompts longer than
@@ -15,9 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from balagg import contract
 from balagg.io import read_jsonl
-from balagg.prompts import prompt_ids, trl_prompt
+from balagg.prompts import prompt_ids, render_prompt, trl_prompt
 
 log = logging.getLogger("balagg.train")
 
@@ -50,7 +49,7 @@ def build_prompts(cell, tokenizer):
     fmt = cell.prompt_format()
     for path in cell.train_files:
         for row in read_rows(path):
-            text = contract.render_prompt(cell.prompt_template, problem=row["problem"])
+            text = render_prompt(cell.prompt_template, problem=row["problem"])
             if len(prompt_ids(tokenizer, text, fmt)) > cell.max_prompt_length:
                 skipped += 1
                 continue

@@ -1,5 +1,5 @@
 """Work-directory layout of one training cell and the atomic file operations on it (docs/files.md); the
-names come from :mod:`balagg.contract`.
+names come from :mod:`balagg.layout`.
 
     DIR/metrics.jsonl                  one line per optimiser step
     DIR/checkpoints/step-{N:06d}/      weights-only HF model + tokenizer (evaluation; steps after 0, in the
@@ -19,6 +19,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -26,9 +27,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from balagg import contract
 from balagg.errors import with_filename
 from balagg.io import atomic_write_text, json_line, read_jsonl
+from balagg.layout import (
+    CHECKPOINTS_DIR,
+    METRICS_FILE,
+    MLFLOW_RUN_ID_FILE,
+    RESUMABLE_PREFIX,
+    STATE_DIR,
+    STEP_DIR_PREFIX,
+    STOPPED_FILE,
+    TRAIN_LOCK_FILE,
+    TRAIN_LOG_FILE,
+    TRAINER_STATE_FILE,
+    VERIFIER_COUNTS_FILE,
+    parse_step_dirname,
+    step_dirname,
+)
 
 
 class CellDir:
@@ -37,46 +52,46 @@ class CellDir:
 
     @property
     def metrics(self) -> Path:
-        return self.root / contract.METRICS_FILE
+        return self.root / METRICS_FILE
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / contract.CHECKPOINTS_DIR
+        return self.root / CHECKPOINTS_DIR
 
     @property
     def state(self) -> Path:
-        return self.root / contract.STATE_DIR
+        return self.root / STATE_DIR
 
     @property
     def log(self) -> Path:
-        return self.root / contract.TRAIN_LOG_FILE
+        return self.root / TRAIN_LOG_FILE
 
     @property
     def mlflow_run_id(self) -> Path:
-        return self.root / contract.MLFLOW_RUN_ID_FILE
+        return self.root / MLFLOW_RUN_ID_FILE
 
     @property
     def lock(self) -> Path:
-        return self.root / contract.TRAIN_LOCK_FILE
+        return self.root / TRAIN_LOCK_FILE
 
     @property
     def verifier(self) -> Path:
-        return self.root / contract.VERIFIER_COUNTS_FILE
+        return self.root / VERIFIER_COUNTS_FILE
 
     @property
     def stopped(self) -> Path:
-        return self.root / contract.STOPPED_FILE
+        return self.root / STOPPED_FILE
 
     def checkpoint(self, step: int) -> Path:
-        return self.checkpoints / contract.step_dirname(step)
+        return self.checkpoints / step_dirname(step)
 
     def eval_checkpoints(self) -> list[tuple[int, Path]]:
         """Complete weights-only checkpoints (they appear only by atomic rename), by step."""
         if not self.checkpoints.is_dir():
             return []
         found = []
-        for path in self.checkpoints.glob(contract.STEP_DIR_PREFIX + "*"):
-            step = contract.parse_step_dirname(path.name, strict=True)
+        for path in self.checkpoints.glob(STEP_DIR_PREFIX + "*"):
+            step = parse_step_dirname(path.name, strict=True)
             if path.is_dir() and step is not None:
                 found.append((step, path))
         return sorted(found)
@@ -87,12 +102,12 @@ class CellDir:
         best: tuple[int, Path] | None = None
         if not self.state.is_dir():
             return None
-        for path in self.state.glob(contract.RESUMABLE_PREFIX + "*"):
-            suffix = path.name.removeprefix(contract.RESUMABLE_PREFIX)
+        for path in self.state.glob(RESUMABLE_PREFIX + "*"):
+            suffix = path.name.removeprefix(RESUMABLE_PREFIX)
             if not suffix.isdigit():
                 continue
             try:
-                json.loads((path / contract.TRAINER_STATE_FILE).read_text())
+                json.loads((path / TRAINER_STATE_FILE).read_text())
             except (OSError, ValueError):
                 continue
             if best is None or int(suffix) > best[0]:
@@ -159,3 +174,12 @@ def append_metrics(path: str | Path, row: dict[str, Any]) -> None:
             os.fsync(handle.fileno())
     except OSError as error:
         raise with_filename(error, path) from error
+
+
+def remove_paths(paths: list[str]) -> None:
+    """Remove each file or folder (missing ones are fine)."""
+    for path in map(Path, paths):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)

@@ -1,12 +1,12 @@
-"""The command that trains a cell on its hardware: plain ``python -m balagg train`` for one process without
-an accelerate config (CPU, one GPU), else ``accelerate launch`` with the cell's ``accelerate_config``
-(configs/accelerate/*.yaml) and ``num_processes``, run through :mod:`balagg.train.agent` so that a stop
-signal reaches every rank."""
+"""The launcher's role (``balagg train``): train a cell on its hardware. A cell of one process without an
+accelerate config (CPU, one GPU) trains in the launcher's own process; any other runs ``accelerate
+launch`` with the cell's ``accelerate_config`` (configs/accelerate/*.yaml) and ``num_processes``, through
+:mod:`balagg.train.agent` so that a stop signal reaches every rank, each rank running the worker's
+command (``balagg train-worker``) as the launcher's child (:func:`run_launched`)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +16,7 @@ from pathlib import Path
 from balagg.errors import exit_status
 from balagg.processes import die_with_parent
 from balagg.train.config import CellConfig
-from balagg.train.files import LOCKED_ENV, CellDir, exclusive
+from balagg.train.files import LOCKED_ENV, CellDir, exclusive, remove_paths
 
 BACKEND_PACKAGES: dict[str, str] = {"DEEPSPEED": "deepspeed", "MEGATRON_LM": "megatron", "XLA": "torch_xla"}
 """accelerate ``distributed_type`` -> the package ``accelerate launch`` imports for it (FSDP, DDP and
@@ -65,11 +65,13 @@ def conda_env_packages(env_file: str | Path) -> set[str]:
     return names
 
 
-def launch_command(cell: CellConfig, cell_path: str | Path, workdir: str | Path, manifest: str | Path,
-                   python: str = sys.executable) -> list[str]:
-    train = ["-m", "balagg", "train", "--cell", str(cell_path), "--workdir", str(workdir), "--out", str(manifest)]
-    if cell.num_processes == 1 and cell.accelerate_config is None:
-        return [python, *train]
+def in_process(cell: CellConfig) -> bool:
+    """Whether the launcher trains ``cell`` in its own process: one process and no accelerate config."""
+    return cell.num_processes == 1 and cell.accelerate_config is None
+
+
+def launch_command(cell: CellConfig, worker: list[str], python: str = sys.executable) -> list[str]:
+    """``accelerate launch`` of ``cell``'s processes, each running ``python *worker``."""
     # port 0: the rendezvous store binds a free port itself. accelerate checks its default 29500 before
     # torchrun binds it, so two multi-process jobs starting together on one node (a shared GPU node, the
     # rehearsal's single-node cluster) can both take it and one fails with EADDRINUSE
@@ -81,7 +83,23 @@ def launch_command(cell: CellConfig, cell_path: str | Path, workdir: str | Path,
         launch += ["--config_file", cell.accelerate_config]
     else:
         launch += ["--multi_gpu"]
-    return [*launch, *train]
+    return [*launch, *worker]
+
+
+def launch(cell: CellConfig, workdir: str | Path, manifest: str | Path, worker: list[str],
+           invalidate: list[str] = ()) -> int:
+    """Train ``cell`` (module docstring) and return the exit status. In this process: :func:`train
+    <balagg.train.run.train>`, which holds the work directory's lock; else :func:`launch_command` with
+    ``worker`` under :func:`run_launched`. The job's start time, from which the cell's time limit counts
+    (balagg.train.deadline), is this call's unless the environment already sets it."""
+    from balagg.train.deadline import START_ENV
+
+    os.environ.setdefault(START_ENV, repr(time.time()))
+    if in_process(cell):
+        from balagg.train.run import train
+
+        return train(cell, workdir, manifest, invalidate=invalidate)
+    return run_launched(launch_command(cell, worker), workdir, invalidate=invalidate)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -100,15 +118,6 @@ def die_with_launcher() -> None:
         die_with_parent()
 
 
-def remove_paths(paths: list[str]) -> None:
-    """Remove each file or folder (missing ones are fine)."""
-    for path in map(Path, paths):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-
-
 def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] = ()) -> int:
     """Run ``command`` (a trainer, or accelerate launching several) as this process's child, holding the
     work directory's lock for it:
@@ -125,14 +134,13 @@ def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] 
     - the child's exit status is returned; a child that stopped early (``stopped.json`` written by this
       attempt) returns :data:`~balagg.train.deadline.EXIT_RESUMABLE` even through accelerate.
     """
-    from balagg.train.deadline import EXIT_RESUMABLE, START_ENV
+    from balagg.train.deadline import EXIT_RESUMABLE
 
     cell_dir = CellDir(workdir)
     with exclusive(cell_dir.root) as lock_fd:
         cell_dir.stopped.unlink(missing_ok=True)
         remove_paths(list(invalidate))
         env = {**os.environ, LOCKED_ENV: str(cell_dir.root.resolve()), OWNED_ENV: "1"}
-        env.setdefault(START_ENV, repr(time.time()))
         child = subprocess.Popen(command, env=env, pass_fds=(lock_fd,), preexec_fn=die_with_parent)
         previous = {number: signal.signal(number, lambda n, f: child.send_signal(n))
                     for number in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
@@ -144,27 +152,3 @@ def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] 
         if code != 0 and cell_dir.stopped.exists():
             return EXIT_RESUMABLE
         return exit_status(code)
-
-
-def distributed_report(accelerator, accelerate_config: str | None) -> dict:
-    """What the launched job really runs, next to what its accelerate config asked for.
-
-    accelerate turns a config's FSDP into FSDP only on accelerator backends: on CPU (gloo) the same
-    ``accelerate launch`` runs plain DDP (MULTI_CPU) without saying so. The manifest records both and
-    ``fell_back`` says when they differ, so a rehearsal on CPU never passes for an FSDP run."""
-    import yaml
-
-    requested = None
-    if accelerate_config:
-        requested = str((yaml.safe_load(Path(accelerate_config).read_text()) or {}).get("distributed_type"))
-    actual = getattr(accelerator.distributed_type, "value", str(accelerator.distributed_type))
-    fsdp_plugin = getattr(accelerator.state, "fsdp_plugin", None)
-    return {
-        "requested": requested,
-        "distributed_type": actual,
-        "fsdp_version": getattr(fsdp_plugin, "fsdp_version", None) if actual == "FSDP" else None,
-        "num_processes": accelerator.num_processes,
-        "device": accelerator.device.type,
-        "mixed_precision": accelerator.mixed_precision,
-        "fell_back": requested is not None and requested != actual,
-    }

@@ -24,14 +24,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from balagg import contract
 from balagg.context import prepare_model
+from balagg.layout import CONTEXT_FILE, DISTRIBUTED_FILE, RESUMABLE_PREFIX
+from balagg.prompts import load_tokenizer
 from balagg.tracking import Tracker, cell_run_tags
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
-from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, truncate_metrics
-from balagg.train.launch import distributed_report, remove_paths
+from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, remove_paths, truncate_metrics
 from balagg.train.vllm_cpu import adapt_colocated_sync
 
 log = logging.getLogger("balagg.train")
@@ -100,6 +100,30 @@ def _holds_lock(cell_dir: CellDir) -> bool:
     return os.environ.get(LOCKED_ENV) != str(cell_dir.root.resolve()) and _main_process()
 
 
+def distributed_report(accelerator, accelerate_config: str | None) -> dict:
+    """What the launched job really runs, next to what its accelerate config asked for.
+
+    accelerate turns a config's FSDP into FSDP only on accelerator backends: on CPU (gloo) the same
+    ``accelerate launch`` runs plain DDP (MULTI_CPU) without saying so. The manifest records both and
+    ``fell_back`` says when they differ, so a rehearsal on CPU never passes for an FSDP run."""
+    import yaml
+
+    requested = None
+    if accelerate_config:
+        requested = str((yaml.safe_load(Path(accelerate_config).read_text()) or {}).get("distributed_type"))
+    actual = getattr(accelerator.distributed_type, "value", str(accelerator.distributed_type))
+    fsdp_plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    return {
+        "requested": requested,
+        "distributed_type": actual,
+        "fsdp_version": getattr(fsdp_plugin, "fsdp_version", None) if actual == "FSDP" else None,
+        "num_processes": accelerator.num_processes,
+        "device": accelerator.device.type,
+        "mixed_precision": accelerator.mixed_precision,
+        "fell_back": requested is not None and requested != actual,
+    }
+
+
 def disable_hub_telemetry() -> None:
     """No usage ping from TRL's trainer to the Hugging Face Hub unless ``HF_HUB_DISABLE_TELEMETRY`` says
     otherwise. huggingface_hub reads the variable once, at import, which has happened by now (and in the
@@ -108,6 +132,19 @@ def disable_hub_telemetry() -> None:
     from huggingface_hub import constants
 
     constants.HF_HUB_DISABLE_TELEMETRY = os.environ["HF_HUB_DISABLE_TELEMETRY"].upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def train(cell: CellConfig, workdir: str | Path, manifest_path: str | Path, invalidate: list[str] = ()) -> int:
+    """:func:`run_cell` as an exit status: 0 trained, :data:`~balagg.train.deadline.EXIT_RESUMABLE` stopped
+    early at a resumable checkpoint (the reason on stderr)."""
+    from balagg.train.deadline import EXIT_RESUMABLE, TrainingStopped
+
+    try:
+        run_cell(cell, workdir, manifest_path, invalidate=invalidate)
+    except TrainingStopped as stopped:
+        print(f"{workdir}: {stopped}", file=sys.stderr)
+        return EXIT_RESUMABLE
+    return 0
 
 
 def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path,
@@ -139,7 +176,7 @@ def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path,
     except (OSError, ValueError):
         verifier = {"spec": cell.verifier, "timeouts": None, "errors": None}
     # what the training attempts recorded (nothing is loaded or launched here)
-    context, distributed = (_read_record(cell_dir.root / name) for name in (contract.CONTEXT_FILE, contract.DISTRIBUTED_FILE))
+    context, distributed = (_read_record(cell_dir.root / name) for name in (CONTEXT_FILE, DISTRIBUTED_FILE))
     return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
 
 
@@ -223,7 +260,7 @@ def _start_point(cell: CellConfig, cell_dir: CellDir) -> tuple[Path | None, int]
             cell_dir.metrics.unlink(missing_ok=True)
         log.info("cell %s: fresh start (config %s)", cell.output_name, cell.config_hash())
         return None, 0
-    step = int(resume.name.removeprefix(contract.RESUMABLE_PREFIX))
+    step = int(resume.name.removeprefix(RESUMABLE_PREFIX))
     if main_process:
         truncate_metrics(cell_dir.metrics, step)
     return resume, step
@@ -262,7 +299,7 @@ def _build_trainer(cell: CellConfig, cell_dir: CellDir, model_path, reward, trac
     from balagg.train.deadline import StopGuard
     from balagg.train.trainer import AggregatedGRPOTrainer
 
-    tokenizer = contract.load_tokenizer(cell.tokenizer)
+    tokenizer = load_tokenizer(cell.tokenizer)
     # fp32 master weights; bf16=True runs the forward/backward under bf16 autocast (as verl/FSDP mixed precision)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     dataset = build_prompts(cell, tokenizer)
@@ -312,8 +349,8 @@ def _record_start(cell: CellConfig, cell_dir: CellDir, tracker: Tracker, context
     """Before any step (the main process): the context and distributed records, so that a job killed after
     its last checkpoint, whose rerun only writes the manifest (_finished_manifest), still has what this
     attempt checked and ran on; and the MLflow run, the cell's stored one continued."""
-    write_json(cell_dir.root / contract.CONTEXT_FILE, context)
-    write_json(cell_dir.root / contract.DISTRIBUTED_FILE, distributed)
+    write_json(cell_dir.root / CONTEXT_FILE, context)
+    write_json(cell_dir.root / DISTRIBUTED_FILE, distributed)
     stored_run = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
     run_id = tracker.start(
         experiment=cell.mlflow_experiment, run_name=cell.output_name, run_id=stored_run,

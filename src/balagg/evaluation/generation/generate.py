@@ -32,12 +32,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from balagg import contract
 from balagg.context import native_context, read_model_config, with_context
 from balagg.errors import check_safetensors
 from balagg.evaluation.generation.requests import Completion, GenerationConfig, Request
 from balagg.io import read_jsonl, write_json, write_jsonl
-from balagg.prompts import PromptFormat
+from balagg.layout import GENERATION_META_FILE, GENERATIONS_FILE, dataset_filename
+from balagg.prompts import PromptFormat, load_tokenizer, problem_prompt
 from balagg.prompts import prompt_ids as render_prompt_ids
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,8 @@ def stop_token_ids(checkpoint: str | os.PathLike, tokenizer) -> list[int]:
 # --- prompts -------------------------------------------------------------------------------------
 
 def user_message(record: dict, config: GenerationConfig) -> str:
-    """The user turn for one benchmark record (math or code), rendered by :func:`balagg.contract.problem_prompt`."""
-    return contract.problem_prompt(record, config.math_template, config.code_template)
+    """The user turn for one benchmark record (math or code), rendered by :func:`balagg.prompts.problem_prompt`."""
+    return problem_prompt(record, config.math_template, config.code_template)
 
 
 def prompt_format(tokenizer, config: GenerationConfig) -> PromptFormat:
@@ -128,7 +128,7 @@ def prompt_ids(record: dict, tokenizer, config: GenerationConfig) -> list[int]:
 
 
 def load_benchmark(benchmarks_dir: str | os.PathLike, name: str) -> list[dict]:
-    path = Path(benchmarks_dir) / contract.dataset_filename(name)
+    path = Path(benchmarks_dir) / dataset_filename(name)
     if not path.is_file():
         raise ValueError(f"benchmark file {path} not found (run prepare-data first)")
     records = list(read_jsonl(path))
@@ -252,14 +252,14 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     if not benchmarks or len(set(benchmarks)) != len(benchmarks):
         raise ValueError(f"benchmarks must be a non-empty list without repeats, got {benchmarks}")
     started = time.monotonic()
-    tokenizer = contract.load_tokenizer(checkpoint)
+    tokenizer = load_tokenizer(checkpoint)
     stops = stop_token_ids(checkpoint, tokenizer)
     context_length = config.max_model_len or model_context_length(checkpoint)
     # read and tokenise everything before loading a model: bad input fails fast
     per_benchmark = {name: build_requests(name, load_benchmark(benchmarks_dir, name), tokenizer, config,
                                           context_length) for name in benchmarks}
     parts = out_dir / f".parts-{config.fingerprint()}"
-    summary = RunSummary(out=str(out_dir / contract.GENERATIONS_FILE), backend="")
+    summary = RunSummary(out=str(out_dir / GENERATIONS_FILE), backend="")
     owned = backend is None  # an engine made here is closed here
     choice = choose_backend(config.backend) if owned else BackendChoice(config.backend, "reused", "engine passed in")
     try:
@@ -282,11 +282,11 @@ def generate(checkpoint: str | os.PathLike, benchmarks_dir: str | os.PathLike, b
     finally:
         if owned and backend is not None:
             backend.close()
-    write_jsonl(out_dir / contract.GENERATIONS_FILE,
+    write_jsonl(out_dir / GENERATIONS_FILE,
                 (line for name in benchmarks for line in read_jsonl(parts / f"{name}.jsonl")))
     summary.seconds = time.monotonic() - started
     shutil.rmtree(view, ignore_errors=True)
-    write_json(out_dir / contract.GENERATION_META_FILE, {
+    write_json(out_dir / GENERATION_META_FILE, {
         "checkpoint": str(recorded), "source": source, "benchmarks": summary.benchmarks, "backend": summary.backend,
         "config": asdict(config), "fingerprint": config.fingerprint(), "context_length": context_length,
         "stop_token_ids": stops, "versions": _versions(), "seconds": round(summary.seconds, 3),

@@ -11,9 +11,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
-from balagg import contract, settings
+from balagg import settings
 from balagg.config_schema import setting
-from balagg.prompts import ANSWER_FORMATS
+from balagg.prompts import ANSWER_FORMATS, CODE_TEMPLATE, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, check_template
 
 BACKENDS = ("auto", "vllm", "transformers")
 PROMPT_STYLES = ("auto", "chat", "plain")
@@ -35,13 +35,13 @@ class GenerationConfig:
     system_prompt: str | None = setting(None, "system message (chat style)")
     enable_thinking: bool | None = setting(
         None, "chat template's enable_thinking (Qwen3), as the training passes it (default: unset)")
-    answer_format: str = setting(contract.DEFAULT_ANSWER_FORMAT,
+    answer_format: str = setting(DEFAULT_ANSWER_FORMAT,
                                  "what the math template asks for; recorded for scoring (balagg.prompts)",
                                  choices=ANSWER_FORMATS)
-    math_template: str = setting(contract.MATH_TEMPLATE,
+    math_template: str = setting(MATH_TEMPLATE,
                                  "user turn for math problems, with {problem}; @FILE reads it from a file")
     code_template: str = setting(
-        contract.CODE_TEMPLATE, "user turn for code problems, with {problem} and {code_instructions}; @FILE reads a file")
+        CODE_TEMPLATE, "user turn for code problems, with {problem} and {code_instructions}; @FILE reads a file")
     backend: str = setting("auto", choices=BACKENDS)
     dtype: str = setting("auto", "torch dtype name (float32, bfloat16, ...), or auto (the checkpoint's)")
     max_model_len: int | None = setting(None, "context length (default: the model's max_position_embeddings)")
@@ -72,8 +72,8 @@ class GenerationConfig:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
-        contract.check_template(self.math_template, ("problem",), "math_template")
-        contract.check_template(self.code_template, ("problem",), "code_template")
+        check_template(self.math_template, ("problem",), "math_template")
+        check_template(self.code_template, ("problem",), "code_template")
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
 

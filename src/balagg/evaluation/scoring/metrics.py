@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from balagg import contract
+from balagg.benchmarks import MEAN, pass_metric, samples_of_columns, summary_columns
 
 VERL_BOOTSTRAP_RESAMPLES = 1000
 """``n_bootstrap`` of verl's ``bootstrap_metric``."""
@@ -77,7 +77,7 @@ def benchmark_metrics(correct: Sequence[Sequence[int | bool]], ks: Sequence[int]
         "best_bootstrap": float(np.mean(bootstrap_best_at_n(np.array(correct, dtype=float)))),
     }
     for k in ks:
-        result[contract.pass_metric(k)] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
+        result[pass_metric(k)] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
     return result
 
 
@@ -87,20 +87,20 @@ def summary_samples(summary: dict) -> int:
     if "n" in summary:
         return int(summary["n"])
     for values in summary["benchmarks"].values():
-        n = contract.samples_of_columns(values)
+        n = samples_of_columns(values)
         if n is not None:
             return n
     raise KeyError("n")
 
 
 def summary_rows(summary: dict) -> list[dict]:
-    """``summary.json`` of one checkpoint as rows of ``contract.summary_columns(n)`` (eval/curve.csv,
+    """``summary.json`` of one checkpoint as rows of ``balagg.benchmarks.summary_columns(n)`` (eval/curve.csv,
     docs/files.md): one per benchmark (sorted), then a ``benchmark = "mean"`` row when the summary has its
     mean. Values it lacks are None; a summary without ``step`` or ``benchmarks`` raises KeyError."""
     step = int(summary["step"])
-    columns = contract.summary_columns(summary_samples(summary))[2:]
+    columns = summary_columns(summary_samples(summary))[2:]
     rows = [{"step": step, "benchmark": name, **{key: values.get(key) for key in columns}}
             for name, values in sorted(summary["benchmarks"].items())]
-    if contract.MEAN in summary:
-        rows.append({"step": step, "benchmark": contract.MEAN, **{key: summary[contract.MEAN].get(key) for key in columns}})
+    if MEAN in summary:
+        rows.append({"step": step, "benchmark": MEAN, **{key: summary[MEAN].get(key) for key in columns}})
     return rows

@@ -22,13 +22,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from balagg import contract, settings
+from balagg import settings
+from balagg.benchmarks import UNPARSABLE_GOLD_IDS, UNPARSABLE_GOLDS, benchmark_rank, eval_metrics, pass_metric
 from balagg.io import read_jsonl, write_json, write_jsonl
-from balagg.evaluation.verify.math_verifier import gold_is_parsable, strip_reasoning, verifier_info
+from balagg.prompts import strip_reasoning
+from balagg.evaluation.verify.math_verifier import gold_is_parsable, verifier_info
 from balagg.evaluation.scoring.metrics import benchmark_metrics
 from balagg.evaluation.verify.pool import VerifierPool
 from balagg.evaluation.verify.sandbox import Sandbox, SandboxLimits, extract_code
-from balagg.prompts import answer_for_verifier
+from balagg.layout import GENERATION_META_FILE, SCORES_FILE, SUMMARY_FILE, dataset_filename, step_of_path
+from balagg.prompts import DEFAULT_ANSWER_FORMAT, answer_for_verifier
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ def load_benchmark_records(benchmarks_dir: Path, name: str) -> dict[str, dict]:
     """``{id: record}`` of ``{benchmarks_dir}/{name}.jsonl``; a record without an id, a kind or (code) tests is
     an error naming the line. A math record's gold is checked when scored: one the verifier cannot parse
     (or none) scores 0 and is counted."""
-    path = benchmarks_dir / contract.dataset_filename(name)
+    path = benchmarks_dir / dataset_filename(name)
     if not path.is_file():
         raise ValueError(f"benchmark file {path} not found")
     records: dict[str, dict] = {}
@@ -116,7 +119,7 @@ def group_generations(generations: Path, benchmarks_dir: Path, allow_missing: bo
             log.warning("%s: %d problem(s) without generations are left out", name, len(absent))
     # the paper's benchmark order, then file order of problems
     ordered = dict(sorted(problems.items(), key=lambda item: (
-        contract.benchmark_rank(item[0][0]), list(records[item[0][0]]).index(item[0][1]))))
+        benchmark_rank(item[0][0]), list(records[item[0][0]]).index(item[0][1]))))
     return ordered, sizes.pop()
 
 
@@ -208,9 +211,9 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     math = [p for p in problems.values() if p.record["kind"] == "math"]
     code = [p for p in problems.values() if p.record["kind"] == "code"]
-    meta = generations.parent / contract.GENERATION_META_FILE
+    meta = generations.parent / GENERATION_META_FILE
     generation = json.loads(meta.read_text()) if meta.is_file() else {}
-    answer_format = config.answer_format or generation.get("config", {}).get("answer_format", contract.DEFAULT_ANSWER_FORMAT)
+    answer_format = config.answer_format or generation.get("config", {}).get("answer_format", DEFAULT_ANSWER_FORMAT)
     unparsable: dict[str, list[str]] = defaultdict(list)
     _score_math(math, config, counts, unparsable, answer_format, pool)
     sandbox_info = _score_code(code, config, counts) if code else None
@@ -221,7 +224,7 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
         lines.append({"benchmark": name, "problem_id": pid, "correct": problem.flags, "truncated": truncated})
         per_benchmark[name].append((problem.flags, truncated))
     benchmarks = {}
-    acc, best, best_bootstrap = contract.eval_metrics(n)
+    acc, best, best_bootstrap = eval_metrics(n)
     math_benchmarks = {problem.benchmark for problem in math}
     for name, rows in per_benchmark.items():
         metrics = benchmark_metrics([flags for flags, _ in rows], config.pass_ks)
@@ -229,19 +232,19 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
                  "n_problems": len(rows),
                  "n_samples": len(rows) * n,
                  "truncation_rate": sum(sum(t) for _, t in rows) / (len(rows) * n)}
-        entry.update({contract.pass_metric(k): metrics[contract.pass_metric(k)] for k in config.pass_ks})
+        entry.update({pass_metric(k): metrics[pass_metric(k)] for k in config.pass_ks})
         entry.update(dict(counts.get(name, {})))
         if name in math_benchmarks:
-            entry[contract.UNPARSABLE_GOLDS] = len(unparsable.get(name, []))
-            entry[contract.UNPARSABLE_GOLD_IDS] = unparsable.get(name, [])
+            entry[UNPARSABLE_GOLDS] = len(unparsable.get(name, []))
+            entry[UNPARSABLE_GOLD_IDS] = unparsable.get(name, [])
         benchmarks[name] = entry
     mean = {key: sum(b[key] for b in benchmarks.values()) / len(benchmarks) for key in (acc, best, best_bootstrap)}
-    mean[contract.UNPARSABLE_GOLDS] = sum(len(ids) for ids in unparsable.values())
+    mean[UNPARSABLE_GOLDS] = sum(len(ids) for ids in unparsable.values())
     if checkpoint is None:
         checkpoint = generation.get("checkpoint")
     summary = {
         "checkpoint": checkpoint,
-        "step": step if step is not None else contract.step_of_path(out_dir, generations.parent),
+        "step": step if step is not None else step_of_path(out_dir, generations.parent),
         "n": n,
         "verifier": verifier_info(),
         "answer_format": answer_format,
@@ -251,6 +254,6 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
     if sandbox_info is not None:
         summary["code_sandbox"] = sandbox_info
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out_dir / contract.SCORES_FILE, lines)
-    write_json(out_dir / contract.SUMMARY_FILE, summary)
+    write_jsonl(out_dir / SCORES_FILE, lines)
+    write_json(out_dir / SUMMARY_FILE, summary)
     return summary

@@ -17,7 +17,7 @@ needs latex2sympy2_extended >= 1.0.9 and cannot share an environment with lighte
 joins separate boxes (``\\boxed{12} ... \\boxed{204}`` parses as 12204). The trainer imports only
 math-verify, not lighteval (whose hub<2 / xxhash<4 pins it need not carry).
 
-Reasoning tags, one rule for every metric (:func:`strip_reasoning`): the answer is the text after the
+Reasoning tags, one rule for every metric (:func:`balagg.prompts.strip_reasoning`): the answer is the text after the
 last ``</think>``; an opened but never closed ``<think>`` (thinking cut off by the token limit) leaves
 no answer, so it scores 0; text without think tags is scored whole.
 
@@ -54,6 +54,8 @@ import threading
 from functools import lru_cache
 from importlib import metadata
 
+from balagg.prompts import strip_reasoning
+
 VERIFIER_NAME = "math-verify"
 VERIFIER_VERSION = "0.5.2"
 """The pinned version; :func:`verifier_info` reports the installed one and refuses another."""
@@ -65,22 +67,11 @@ PARSE_TIMEOUT_S = 5
 VERIFY_TIMEOUT_S = 5
 """Per-call signal.alarm budgets inside math-verify (lighteval uses 5 s for both)."""
 
-_THINK_OPEN = "<think>"
-_THINK_CLOSE = "</think>"
 _DELIMITED = re.compile(r"\\\(|\\\[|\\boxed")
 _DOLLAR = re.compile(r"(?<!\\)\$")  # a math delimiter; ``\\$`` is a dollar sign
 _TRAILING_BACKSLASH = re.compile(r"(?<!\\)\\$")
 _MATH_SPAN = re.compile(r"(?<!\\)\$(?:\\.|[^$\\])*(?<!\\)\$")  # ``$...$`` (``$$...$$`` reads as two)
 _MATH_CHAR = re.compile(r"[0-9\\^_{}=+\-*/<>()\[\]|]")
-
-
-def strip_reasoning(text: str) -> str:
-    """The answer part of a response: after the last ``</think>``; ``""`` if ``<think>`` never closes."""
-    if _THINK_CLOSE in text:
-        return text.rsplit(_THINK_CLOSE, 1)[1]
-    if _THINK_OPEN in text:
-        return ""
-    return text
 
 
 def gold_readings(gold: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:

@@ -348,9 +348,6 @@ def run_stdin_test(function, text, watch):
     return capture.getvalue()
 
 
-_OPAQUE = ("x", None)
-
-
 def encode_value(value):
     """A return value as JSON that keeps what ``==`` against a JSON-decoded value depends on: lists are
     ``["l", items]``, tuples ``["t", items]``, dicts ``["d", [[key, value], ...]]``, sets ``["s", items]``,

@@ -1,4 +1,4 @@
-"""``python -m balagg summary``: what a finished campaign gives a person to look at.
+"""``python -m balagg results``: what a finished campaign gives a person to look at.
 
 Prints Table 1 (the markdown the workflow wrote), the paths of Figures 1-3, the diagnosis and the HTML
 report, and the command that opens MLflow on the campaign's runs table. ``make demo`` ends on it.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("summary", help="print Table 1, the figures' and report's paths and the MLflow command",
+    parser = subparsers.add_parser("results", help="print Table 1, the figures' and report's paths and the MLflow command",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--campaign-dir", type=Path, required=True, help="results/{campaign}")
     parser.set_defaults(func=run)
@@ -34,7 +34,7 @@ def mlflow_command(experiment_record: dict) -> str:
     return f"{shlex.quote(mlflow)} ui --backend-store-uri {shlex.quote(uri)}   # then open http://127.0.0.1:5000/{page}"
 
 
-def summary_text(campaign_dir: Path) -> str:
+def results_text(campaign_dir: Path) -> str:
     analysis = campaign_dir / "analysis"
     table = analysis / "table1.md"
     if not table.is_file():
@@ -53,5 +53,5 @@ def summary_text(campaign_dir: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(summary_text(args.campaign_dir))
+    print(results_text(args.campaign_dir))
     return 0

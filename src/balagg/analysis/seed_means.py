@@ -22,10 +22,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from balagg import contract
 from balagg.analysis.campaign import MEAN, METRICS, UNPARSABLE_GOLDS, Campaign
+from balagg.benchmarks import benchmark_order
 
-__all__ = ["peak_and_last", "peak_and_last_of_group", "train_curves", "smooth", "SUMMARY_COLUMNS", "ACC", "BEST",
+__all__ = ["peak_and_last", "peak_and_last_of_group", "train_curves", "smooth", "PEAK_AND_LAST_COLUMNS", "ACC", "BEST",
            "BEST_BOOTSTRAP"]
 
 ACC, BEST, BEST_BOOTSTRAP = METRICS
@@ -41,7 +41,7 @@ def last_column(metric: str) -> str:
     return f"last_{metric}"
 
 
-SUMMARY_COLUMNS: tuple[str, ...] = (
+PEAK_AND_LAST_COLUMNS: tuple[str, ...] = (
     "dataset", "model", "aggregator", "benchmark", "n_seeds", "n_seeds_grid",
     *(peak_column(m) + suffix for m in METRICS for suffix in ("", "_std", "_step")),
     "last_step", *(last_column(m) + suffix for m in METRICS for suffix in ("", "_std")),
@@ -66,7 +66,7 @@ def peak_and_last_of_group(campaign: Campaign, model: str, dataset: str, aggrega
     usable = [k for k in keys if k in campaign.cells and not campaign.cells[k].failed]
     row: dict = {"dataset": dataset, "model": model, "aggregator": aggregator, "benchmark": benchmark,
                  "n_seeds": len(usable), "n_seeds_grid": len(keys)}
-    row.update({c: math.nan for c in SUMMARY_COLUMNS if c not in row})
+    row.update({c: math.nan for c in PEAK_AND_LAST_COLUMNS if c not in row})
     notes = []
     lost = sorted(set(keys) - set(usable))
     if lost:
@@ -129,11 +129,11 @@ def _unparsable_golds(evals: pd.DataFrame, benchmark: str) -> dict[str, int]:
     in the paper's order; benchmarks without any are left out."""
     rows = evals[(evals.benchmark != MEAN) & ((benchmark == MEAN) | (evals.benchmark == benchmark))]
     counts = rows.groupby("benchmark")[UNPARSABLE_GOLDS].max().dropna()
-    return {name: int(counts[name]) for name in contract.benchmark_order(counts.index) if counts[name] > 0}
+    return {name: int(counts[name]) for name in benchmark_order(counts.index) if counts[name] > 0}
 
 
 def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> pd.DataFrame:
-    """One row per (dataset, model, aggregator, benchmark) of the grid, columns :data:`SUMMARY_COLUMNS`.
+    """One row per (dataset, model, aggregator, benchmark) of the grid, columns :data:`PEAK_AND_LAST_COLUMNS`.
 
     Rows are ordered dataset, model, aggregator (display order). Groups with no usable seed have NaN
     values and a ``note`` saying which seeds failed or are missing.
@@ -141,7 +141,7 @@ def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> 
     rows = [peak_and_last_of_group(campaign, model, dataset, aggregator, benchmark)
             for dataset in campaign.datasets for model in campaign.models for aggregator in campaign.aggregators
             for benchmark in benchmarks if campaign.group_keys(model, dataset, aggregator)]
-    frame = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(PEAK_AND_LAST_COLUMNS))
     for column in (*(peak_column(m) + "_step" for m in METRICS), "last_step"):
         frame[column] = frame[column].astype("Int64")
     return frame

@@ -23,8 +23,8 @@ rule table1:
     checkpoint (its checkpoint.json and the eval/curve.csv beside it)."""
     input:
         curves=analysis_curves,
-        checkpoints=external_records,
-        checkpoint_curves=lambda wildcards: external_paths(CURVE),
+        checkpoints=lambda wildcards: targets.external_paths(GRID, contract.EXTERNAL_RECORD_FILE),
+        checkpoint_curves=lambda wildcards: targets.external_paths(GRID, CURVE),
         paper=[f"{workflow.basedir}/{ANALYSIS['paper_values']}"] if ANALYSIS.get("paper_values") else [],
     output:
         csv=report(f"{ANALYSIS_OUT}/table1.csv", caption=f"{ANALYSIS_REPORT}/table1.rst",

@@ -4,6 +4,38 @@
 # under tinyworld/{family}/raw/ and data/{family}/ (the *_family rules, the same commands).
 
 
+def data_family(wildcards):
+    """The tiny-world family of a prepare_data job: its `family` folder's, else the default."""
+    return wildcards.get("family", contract.TINYWORLD_DEFAULT_FAMILY)
+
+
+def data_inputs(wildcards):
+    """The family's raw tiny-world folder when the source is built here, fetch.json for hub ids, nothing for
+    local mirrors."""
+    source = GRID.data_source(wildcards.kind, wildcards.name)
+    return [tinyworld_manifest(data_family(wildcards))] if source == TINYWORLD else fetch_inputs(source)
+
+
+def data_source_arg(wildcards):
+    """Hub id or local mirror; the tiny world keeps one mirror folder per registry name and family."""
+    source = GRID.data_source(wildcards.kind, wildcards.name)
+    if source != TINYWORLD:
+        return source
+    raw = contract.tinyworld_raw_dir(data_family(wildcards))
+    return os.path.join(RESULTS, raw, GRID.data_loader(wildcards.kind, wildcards.name))
+
+
+def data_selector(wildcards):
+    loader = GRID.data_loader(wildcards.kind, wildcards.name)
+    return f"--dataset {loader}" if wildcards.kind == "train" else f"--benchmark {wildcards.name}"
+
+
+def tinyworld_regime_arg(wildcards):
+    """`--regime NAME` for a tiny model with a laboratory length regime (docs/laboratory.md), else nothing."""
+    regime = GRID.models[wildcards.model].get("tinyworld_regime")
+    return f"--regime {regime}" if regime else ""
+
+
 rule tinyworld_data:
     """Synthetic training sets and benchmarks in the real datasets' raw schemas (the default family)."""
     output:
@@ -41,18 +73,18 @@ rule tinyworld_model:
     """A tiny Qwen2 model, warm-started by supervised training on its family's problems, with its step-0
     data card."""
     input:
-        raw=lambda wildcards: tinyworld_manifest(model_family(wildcards.model)),
+        raw=lambda wildcards: tinyworld_manifest(GRID.model_family(wildcards.model)),
     output:
         card=os.path.join(RESULTS, contract.MODELS_DIR, "{model}", contract.MODEL_CARD_FILE),
     params:
         out=output_dir,
-        raw=raw_dir,
-        size=tinyworld_size,
+        raw=lambda wildcards, input: os.path.dirname(input.raw),
+        size=lambda wildcards: GRID.models[wildcards.model].get("tinyworld_size", wildcards.model),
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
         sft_length_buckets=config["tinyworld"]["sft_length_buckets"],
         regime=tinyworld_regime_arg,
-        answer_format=lambda wildcards: config["models"][wildcards.model].get("answer_format", contract.DEFAULT_ANSWER_FORMAT),
+        answer_format=lambda wildcards: GRID.models[wildcards.model].get("answer_format", contract.DEFAULT_ANSWER_FORMAT),
     log:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
     benchmark:
@@ -105,10 +137,10 @@ rule tinyworld_card:
     """The campaign's data card: every tiny model's step-0 statistics (accuracy, length CV, right/wrong lengths)
     and the bad rows prepare_data skipped."""
     input:
-        cards=tinyworld_cards(),
-        counts=data_reports(),
+        cards=GRID.tinyworld_cards(),
+        counts=GRID.data_reports(),
     output:
-        f"{RESULTS}/data/card.json",
+        f"{RESULTS}/{contract.DATA_DIR}/{contract.MODEL_CARD_FILE}",
     log:
         f"{RESULTS}/logs/tinyworld_card.log",
     benchmark:

@@ -1,0 +1,57 @@
+"""What a campaign produces: the paths that ``rule all`` and the analysis rules ask for."""
+
+from __future__ import annotations
+
+import os
+
+from balagg import contract
+from balagg.grid.campaign import Grid
+
+CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"
+"""A run's evaluation curve, relative to its folder (a cell's, or an external checkpoint's)."""
+EVAL_TRACKING = f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"
+"""What marks a run's evaluation logged to MLflow, relative to its folder."""
+
+TABLE1 = ("table1", ("csv", "md", "tex"))
+GRID_ARTIFACTS = (("figure1", ("png", "pdf")), ("figure2", ("png", "pdf")), ("figure3", ("png", "pdf")),
+                  ("diagnosis", ("md", "csv")), ("comparison", ("md", "csv")), ("mechanism", ("png", "pdf", "csv")))
+"""The analysis artifacts of a campaign with a grid (stem, formats), besides Table 1."""
+
+
+def external_run(grid: Grid, name: str) -> str:
+    """The folder of an external checkpoint's evaluation: results/{campaign}/{name}/external/."""
+    return os.path.join(grid.results, name, contract.EXTERNAL_RUN)
+
+
+def external_paths(grid: Grid, name: str) -> list[str]:
+    """``name`` (relative to an external checkpoint's run folder) for every external checkpoint."""
+    return [os.path.join(external_run(grid, checkpoint), name) for checkpoint in grid.checkpoints]
+
+
+def analysis_path(grid: Grid, stem: str, fmt: str) -> str:
+    return f"{os.path.join(grid.results, contract.ANALYSIS_DIR)}/{stem}.{fmt}"
+
+
+def analysis_targets(grid: Grid) -> list[str]:
+    """Table 1 (the grid's cells and the external checkpoints), and, for a campaign with a grid, the figures,
+    the diagnosis and the comparison of its cells."""
+    artifacts = [TABLE1, *(GRID_ARTIFACTS if grid.cells else ())]
+    return [analysis_path(grid, stem, fmt) for stem, formats in artifacts for fmt in formats]
+
+
+def campaign_targets(grid: Grid) -> list[str]:
+    """Everything ``rule all`` asks for except the HTML report, which is built last from all of it.
+
+    The report rule runs a nested ``snakemake --report`` over the same DAG, and that refuses to start
+    while any file of it is still being written (Snakemake's incomplete marker), so the report must
+    wait for every one of these, not only the analysis artifacts it embeds.
+    """
+    return [
+        *grid.cell_paths(CURVE),
+        *grid.cell_paths(EVAL_TRACKING),
+        *external_paths(grid, CURVE),
+        *external_paths(grid, EVAL_TRACKING),
+        *analysis_targets(grid),
+        f"{grid.results}/{contract.ANALYSIS_DIR}/{contract.EVAL_TRACKING_FILE}",
+        *([f"{grid.results}/{contract.DATA_DIR}/{contract.MODEL_CARD_FILE}"] if grid.tinyworld_cards() else []),
+    ]

@@ -12,10 +12,17 @@ ANALYSIS = config["analysis"]
 ANALYSIS_SCRIPTS = f"{workflow.basedir}/analysis"
 ANALYSIS_REPORT = "../report"
 ANALYSIS_OUT = os.path.join(RESULTS, contract.ANALYSIS_DIR)
-ANALYSIS_LOGS = f"{RESULTS}/logs/analysis"
-ANALYSIS_BENCHMARKS = f"{RESULTS}/benchmarks/analysis"
+ANALYSIS_LOGS = f"{RESULTS}/logs/{contract.ANALYSIS_DIR}"
+ANALYSIS_BENCHMARKS = f"{RESULTS}/benchmarks/{contract.ANALYSIS_DIR}"
 # every script reads the campaign folder and writes into its analysis folder
 ANALYSIS_ARGS = f"--campaign-dir {RESULTS} --out {ANALYSIS_OUT}"
+
+
+def artifact(stem, fmt):
+    """An analysis artifact's file: one that `rule all` asks for (balagg.grid.targets.ANALYSIS_ARTIFACTS)."""
+    if fmt not in targets.ANALYSIS_ARTIFACTS.get(stem, ()):
+        raise WorkflowError(f"analysis.smk: {stem}.{fmt} is not an artifact of balagg.grid.targets")
+    return targets.analysis_path(GRID, stem, fmt)
 
 
 rule table1:
@@ -27,11 +34,11 @@ rule table1:
         checkpoint_curves=lambda wildcards: targets.external_paths(GRID, CURVE),
         paper=[f"{workflow.basedir}/{ANALYSIS['paper_values']}"] if ANALYSIS.get("paper_values") else [],
     output:
-        csv=report(f"{ANALYSIS_OUT}/table1.csv", caption=f"{ANALYSIS_REPORT}/table1.rst",
+        csv=report(artifact("table1", "csv"), caption=f"{ANALYSIS_REPORT}/table1.rst",
                    category="Table 1"),
-        md=report(f"{ANALYSIS_OUT}/table1.md", caption=f"{ANALYSIS_REPORT}/table1.rst",
+        md=report(artifact("table1", "md"), caption=f"{ANALYSIS_REPORT}/table1.rst",
                   category="Table 1"),
-        tex=f"{ANALYSIS_OUT}/table1.tex",
+        tex=artifact("table1", "tex"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -52,9 +59,9 @@ rule figure1:
     input:
         curves=analysis_curves,
     output:
-        png=report(f"{ANALYSIS_OUT}/figure1.png", caption=f"{ANALYSIS_REPORT}/figure1.rst",
+        png=report(artifact("figure1", "png"), caption=f"{ANALYSIS_REPORT}/figure1.rst",
                    category="Figures"),
-        pdf=f"{ANALYSIS_OUT}/figure1.pdf",
+        pdf=artifact("figure1", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -72,9 +79,9 @@ rule figure2:
     input:
         manifests=analysis_manifests,
     output:
-        png=report(f"{ANALYSIS_OUT}/figure2.png", caption=f"{ANALYSIS_REPORT}/figure2.rst",
+        png=report(artifact("figure2", "png"), caption=f"{ANALYSIS_REPORT}/figure2.rst",
                    category="Figures"),
-        pdf=f"{ANALYSIS_OUT}/figure2.pdf",
+        pdf=artifact("figure2", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -95,9 +102,9 @@ rule figure3:
     input:
         manifests=analysis_manifests,
     output:
-        png=report(f"{ANALYSIS_OUT}/figure3.png", caption=f"{ANALYSIS_REPORT}/figure3.rst",
+        png=report(artifact("figure3", "png"), caption=f"{ANALYSIS_REPORT}/figure3.rst",
                    category="Figures"),
-        pdf=f"{ANALYSIS_OUT}/figure3.pdf",
+        pdf=artifact("figure3", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -118,9 +125,9 @@ rule diagnosis:
         curves=analysis_curves,
         manifests=analysis_manifests,
     output:
-        md=report(f"{ANALYSIS_OUT}/diagnosis.md", caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
+        md=report(artifact("diagnosis", "md"), caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
                   category="Diagnosis"),
-        csv=f"{ANALYSIS_OUT}/diagnosis.csv",
+        csv=artifact("diagnosis", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -141,9 +148,9 @@ rule comparison:
     input:
         curves=analysis_curves,
     output:
-        md=report(f"{ANALYSIS_OUT}/comparison.md", caption=f"{ANALYSIS_REPORT}/comparison.rst",
+        md=report(artifact("comparison", "md"), caption=f"{ANALYSIS_REPORT}/comparison.rst",
                   category="Diagnosis"),
-        csv=f"{ANALYSIS_OUT}/comparison.csv",
+        csv=artifact("comparison", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -160,10 +167,10 @@ rule mechanism:
         curves=analysis_curves,
         manifests=analysis_manifests,
     output:
-        png=report(f"{ANALYSIS_OUT}/mechanism.png", caption=f"{ANALYSIS_REPORT}/mechanism.rst",
+        png=report(artifact("mechanism", "png"), caption=f"{ANALYSIS_REPORT}/mechanism.rst",
                    category="Figures"),
-        pdf=f"{ANALYSIS_OUT}/mechanism.pdf",
-        csv=f"{ANALYSIS_OUT}/mechanism.csv",
+        pdf=artifact("mechanism", "pdf"),
+        csv=artifact("mechanism", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:

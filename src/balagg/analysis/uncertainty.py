@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from balagg import contract
-from balagg.analysis.campaign import Campaign, CellKey
+from balagg.analysis.campaign import Campaign, Cell
 from balagg.analysis.summarise import ACC, BEST, last_column, peak_column
 from balagg.io import read_jsonl_lines
 
@@ -59,7 +59,7 @@ def load_problem_scores(campaign: Campaign) -> pd.DataFrame:
     rows: list[dict] = []
     cache: dict[Path, list[dict]] = {}
     for model, dataset, aggregator, seed, step in complete.itertuples(index=False):
-        key = CellKey(model, dataset, aggregator, int(seed))
+        key = Cell(model, dataset, aggregator, int(seed))
         scores_file = contract.eval_step_relpath(int(step), contract.SCORES_FILE)
         path = campaign.root / key.relpath / scores_file
         if not path.is_file() and int(step) == 0:

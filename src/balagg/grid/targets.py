@@ -12,10 +12,18 @@ CURVE = f"{contract.EVAL_DIR}/{contract.CURVE_FILE}"
 EVAL_TRACKING = f"{contract.EVAL_DIR}/{contract.EVAL_TRACKING_FILE}"
 """What marks a run's evaluation logged to MLflow, relative to its folder."""
 
-TABLE1 = ("table1", ("csv", "md", "tex"))
-GRID_ARTIFACTS = (("figure1", ("png", "pdf")), ("figure2", ("png", "pdf")), ("figure3", ("png", "pdf")),
-                  ("diagnosis", ("md", "csv")), ("comparison", ("md", "csv")), ("mechanism", ("png", "pdf", "csv")))
-"""The analysis artifacts of a campaign with a grid (stem, formats), besides Table 1."""
+ANALYSIS_ARTIFACTS = {
+    "table1": ("csv", "md", "tex"),
+    "figure1": ("png", "pdf"),
+    "figure2": ("png", "pdf"),
+    "figure3": ("png", "pdf"),
+    "diagnosis": ("md", "csv"),
+    "comparison": ("md", "csv"),
+    "mechanism": ("png", "pdf", "csv"),
+}
+"""The analysis rules' artifacts (file stem: formats) in the campaign's analysis folder; Table 1 also for a
+campaign without a grid (external checkpoints only), the rest only with one."""
+GRID_ONLY = ("figure1", "figure2", "figure3", "diagnosis", "comparison", "mechanism")
 
 
 def external_run(grid: Grid, name: str) -> str:
@@ -29,14 +37,15 @@ def external_paths(grid: Grid, name: str) -> list[str]:
 
 
 def analysis_path(grid: Grid, stem: str, fmt: str) -> str:
+    """An artifact's file (``ANALYSIS_ARTIFACTS``) in the campaign's analysis folder."""
     return f"{os.path.join(grid.results, contract.ANALYSIS_DIR)}/{stem}.{fmt}"
 
 
 def analysis_targets(grid: Grid) -> list[str]:
     """Table 1 (the grid's cells and the external checkpoints), and, for a campaign with a grid, the figures,
     the diagnosis and the comparison of its cells."""
-    artifacts = [TABLE1, *(GRID_ARTIFACTS if grid.cells else ())]
-    return [analysis_path(grid, stem, fmt) for stem, formats in artifacts for fmt in formats]
+    stems = [stem for stem in ANALYSIS_ARTIFACTS if grid.cells or stem not in GRID_ONLY]
+    return [analysis_path(grid, stem, fmt) for stem in stems for fmt in ANALYSIS_ARTIFACTS[stem]]
 
 
 def campaign_targets(grid: Grid) -> list[str]:

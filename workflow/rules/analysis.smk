@@ -18,27 +18,21 @@ ANALYSIS_BENCHMARKS = f"{RESULTS}/benchmarks/{contract.ANALYSIS_DIR}"
 ANALYSIS_ARGS = f"--campaign-dir {RESULTS} --out {ANALYSIS_OUT}"
 
 
-def artifact(stem, fmt):
-    """An analysis artifact's file: one that `rule all` asks for (balagg.grid.targets.ANALYSIS_ARTIFACTS)."""
-    if fmt not in targets.ANALYSIS_ARTIFACTS.get(stem, ()):
-        raise WorkflowError(f"analysis.smk: {stem}.{fmt} is not an artifact of balagg.grid.targets")
-    return targets.analysis_path(GRID, stem, fmt)
-
 
 rule table1:
     """Table 1: peak and last-step Acc@8 / Best@8 per dataset x model x aggregator, and a row per external
     checkpoint (its checkpoint.json and the eval/curve.csv beside it)."""
     input:
-        curves=analysis_curves,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
         checkpoints=lambda wildcards: targets.external_paths(GRID, contract.EXTERNAL_RECORD_FILE),
         checkpoint_curves=lambda wildcards: targets.external_paths(GRID, CURVE),
         paper=[f"{workflow.basedir}/{ANALYSIS['paper_values']}"] if ANALYSIS.get("paper_values") else [],
     output:
-        csv=report(artifact("table1", "csv"), caption=f"{ANALYSIS_REPORT}/table1.rst",
+        csv=report(targets.analysis_path(GRID, "table1", "csv"), caption=f"{ANALYSIS_REPORT}/table1.rst",
                    category="Table 1"),
-        md=report(artifact("table1", "md"), caption=f"{ANALYSIS_REPORT}/table1.rst",
+        md=report(targets.analysis_path(GRID, "table1", "md"), caption=f"{ANALYSIS_REPORT}/table1.rst",
                   category="Table 1"),
-        tex=artifact("table1", "tex"),
+        tex=targets.analysis_path(GRID, "table1", "tex"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -57,11 +51,11 @@ rule table1:
 rule figure1:
     """Figure 1: per benchmark, peak and last-step Acc@8 of each aggregator, averaged over settings."""
     input:
-        curves=analysis_curves,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
     output:
-        png=report(artifact("figure1", "png"), caption=f"{ANALYSIS_REPORT}/figure1.rst",
+        png=report(targets.analysis_path(GRID, "figure1", "png"), caption=f"{ANALYSIS_REPORT}/figure1.rst",
                    category="Figures"),
-        pdf=artifact("figure1", "pdf"),
+        pdf=targets.analysis_path(GRID, "figure1", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -77,11 +71,11 @@ rule figure1:
 rule figure2:
     """Figure 2: policy-gradient loss over training, one panel per dataset, for one model."""
     input:
-        manifests=analysis_manifests,
+        manifests=lambda wildcards: GRID.cell_paths(contract.MANIFEST_FILE),
     output:
-        png=report(artifact("figure2", "png"), caption=f"{ANALYSIS_REPORT}/figure2.rst",
+        png=report(targets.analysis_path(GRID, "figure2", "png"), caption=f"{ANALYSIS_REPORT}/figure2.rst",
                    category="Figures"),
-        pdf=artifact("figure2", "pdf"),
+        pdf=targets.analysis_path(GRID, "figure2", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -100,11 +94,11 @@ rule figure2:
 rule figure3:
     """Figure 3: response-length CV and positive-negative length gap over training."""
     input:
-        manifests=analysis_manifests,
+        manifests=lambda wildcards: GRID.cell_paths(contract.MANIFEST_FILE),
     output:
-        png=report(artifact("figure3", "png"), caption=f"{ANALYSIS_REPORT}/figure3.rst",
+        png=report(targets.analysis_path(GRID, "figure3", "png"), caption=f"{ANALYSIS_REPORT}/figure3.rst",
                    category="Figures"),
-        pdf=artifact("figure3", "pdf"),
+        pdf=targets.analysis_path(GRID, "figure3", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -122,12 +116,12 @@ rule figure3:
 rule diagnosis:
     """diagnosis.md: measured length statistics, the predicted and the observed better aggregation."""
     input:
-        curves=analysis_curves,
-        manifests=analysis_manifests,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
+        manifests=lambda wildcards: GRID.cell_paths(contract.MANIFEST_FILE),
     output:
-        md=report(artifact("diagnosis", "md"), caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
+        md=report(targets.analysis_path(GRID, "diagnosis", "md"), caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
                   category="Diagnosis"),
-        csv=artifact("diagnosis", "csv"),
+        csv=targets.analysis_path(GRID, "diagnosis", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -146,11 +140,11 @@ rule diagnosis:
 rule comparison:
     """comparison.md: paired test over problems and seeds of every difference between two aggregators."""
     input:
-        curves=analysis_curves,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
     output:
-        md=report(artifact("comparison", "md"), caption=f"{ANALYSIS_REPORT}/comparison.rst",
+        md=report(targets.analysis_path(GRID, "comparison", "md"), caption=f"{ANALYSIS_REPORT}/comparison.rst",
                   category="Diagnosis"),
-        csv=artifact("comparison", "csv"),
+        csv=targets.analysis_path(GRID, "comparison", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -164,13 +158,13 @@ rule comparison:
 rule mechanism:
     """Mechanism figure: side shares of the update mass and long/short per-token weights over training."""
     input:
-        curves=analysis_curves,
-        manifests=analysis_manifests,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
+        manifests=lambda wildcards: GRID.cell_paths(contract.MANIFEST_FILE),
     output:
-        png=report(artifact("mechanism", "png"), caption=f"{ANALYSIS_REPORT}/mechanism.rst",
+        png=report(targets.analysis_path(GRID, "mechanism", "png"), caption=f"{ANALYSIS_REPORT}/mechanism.rst",
                    category="Figures"),
-        pdf=artifact("mechanism", "pdf"),
-        csv=artifact("mechanism", "csv"),
+        pdf=targets.analysis_path(GRID, "mechanism", "pdf"),
+        csv=targets.analysis_path(GRID, "mechanism", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:

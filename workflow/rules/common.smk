@@ -1,11 +1,10 @@
-"""The campaign's grid (balagg.grid) turned into what the rules need: path patterns, input functions that
-look a job's wildcards up in the grid, and the checks that stop the workflow before any job runs.
-
-Everything the DAG needs is derived from the validated config, so `snakemake -n` shows every job of the
-grid (every checkpoint step) up front.
+"""The campaign's grid (balagg.grid, derived from the validated config) turned into what the rules need:
+path patterns, input functions that look a job's wildcards up in the grid, and the checks that stop the
+workflow before any job runs. `snakemake -n` shows every job of the grid (every checkpoint step) up front.
 """
 
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -19,7 +18,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
 
 from balagg import checkpoints as externals, contract
-from balagg.grid import Cell, Grid
+from balagg.grid import Cell, DataFile, Grid
 from balagg.grid import arguments, checks, environment, targets
 from balagg.hub import is_hub_id
 from balagg.io import write_json
@@ -45,7 +44,6 @@ EVAL_JOBS = config["eval"]["jobs"]
 # cells have their own rules.
 PER_CHECKPOINT_RUNS = f"{INITIAL}|{EXTERNAL}" if EVAL_JOBS == "cell" else RUN_PATTERN
 BENCHMARKS = GRID.benchmarks
-TINYWORLD = contract.TINYWORLD_SOURCE
 FETCH = f"{RESULTS}/fetch.json"
 GPU_ENV = Path(workflow.basedir, "envs", "gpu.yaml")
 USES_HUB = environment.uses_hub(config)
@@ -76,19 +74,21 @@ def train_env_check(accelerate_config):
         check_accelerate_config(accelerate_config, lambda p: importlib.util.find_spec(p) is not None, sys.executable)
 
 
-@cache
-def check_context(model):
-    return checks.check_context(GRID, model)
-
-
 def cell_config(wildcards):
     """The cell's resolved training config (Grid.cell_config); a bad combination, a length past the model's
     context or an accelerate config the jobs cannot run stops the workflow before any job runs."""
     resolved = GRID.cell_config(Cell.of(wildcards))
-    check_context(wildcards.model)
+    checks.check_context(GRID, wildcards.model)
     if resolved.get("accelerate_config"):
         train_env_check(resolved["accelerate_config"])
     return resolved
+
+
+def write_external_record(wildcards, params, input, output):
+    """An external checkpoint's checkpoint.json (balagg.checkpoints.record), with fetch.json's commit."""
+    fetch = json.loads(Path(input.fetch[0]).read_text()) if input.fetch else None
+    write_json(output[0], externals.record(EXTERNALS[wildcards.model], params.settings, fetch, CAMPAIGN,
+                                           GRID.tracking_uri()))
 
 
 def model_resource(rule_key, key):
@@ -160,9 +160,18 @@ def model_inputs(wildcards):
     return fetch_inputs(GRID.models[wildcards.model]["path"])
 
 
-def tinyworld_manifest(family):
-    """The manifest of one family's raw tiny-world files (written last by `tinyworld data`)."""
-    return os.path.join(RESULTS, contract.tinyworld_raw_dir(family), contract.RAW_MANIFEST_FILE)
+def prepare_job(wildcards):
+    """The file a prepare_data job makes: a tiny-world one in its `family` folder's family (else the default)."""
+    tiny = GRID.data_source(wildcards.kind, wildcards.name) == contract.TINYWORLD_SOURCE
+    return DataFile(wildcards.kind, wildcards.name,
+                    wildcards.get("family", contract.TINYWORLD_DEFAULT_FAMILY) if tiny else None)
+
+
+def data_inputs(wildcards):
+    """The family's raw tiny-world files when the source is built here, fetch.json for hub ids, nothing for
+    local mirrors."""
+    data = prepare_job(wildcards)
+    return [GRID.raw_manifest(data.family)] if data.family else fetch_inputs(GRID.data_source(data.kind, data.name))
 
 
 def output_dir(wildcards, output):
@@ -172,16 +181,6 @@ def output_dir(wildcards, output):
 
 def bench_dir(wildcards, input):
     return os.path.dirname(input.benchmarks[0])
-
-
-def analysis_curves(wildcards):
-    """Every cell's eval curve (the analysis rules' inputs)."""
-    return GRID.cell_paths(CURVE)
-
-
-def analysis_manifests(wildcards):
-    """Every cell's manifest: its train/metrics.jsonl is complete once the manifest exists."""
-    return GRID.cell_paths(contract.MANIFEST_FILE)
 
 
 

@@ -4,42 +4,10 @@
 # under tinyworld/{family}/raw/ and data/{family}/ (the *_family rules, the same commands).
 
 
-def data_family(wildcards):
-    """The tiny-world family of a prepare_data job: its `family` folder's, else the default."""
-    return wildcards.get("family", contract.TINYWORLD_DEFAULT_FAMILY)
-
-
-def data_inputs(wildcards):
-    """The family's raw tiny-world folder when the source is built here, fetch.json for hub ids, nothing for
-    local mirrors."""
-    source = GRID.data_source(wildcards.kind, wildcards.name)
-    return [tinyworld_manifest(data_family(wildcards))] if source == TINYWORLD else fetch_inputs(source)
-
-
-def data_source_arg(wildcards):
-    """Hub id or local mirror; the tiny world keeps one mirror folder per registry name and family."""
-    source = GRID.data_source(wildcards.kind, wildcards.name)
-    if source != TINYWORLD:
-        return source
-    raw = contract.tinyworld_raw_dir(data_family(wildcards))
-    return os.path.join(RESULTS, raw, GRID.data_loader(wildcards.kind, wildcards.name))
-
-
-def data_selector(wildcards):
-    loader = GRID.data_loader(wildcards.kind, wildcards.name)
-    return f"--dataset {loader}" if wildcards.kind == "train" else f"--benchmark {wildcards.name}"
-
-
-def tinyworld_regime_arg(wildcards):
-    """`--regime NAME` for a tiny model with a laboratory length regime (docs/laboratory.md), else nothing."""
-    regime = GRID.models[wildcards.model].get("tinyworld_regime")
-    return f"--regime {regime}" if regime else ""
-
-
 rule tinyworld_data:
     """Synthetic training sets and benchmarks in the real datasets' raw schemas (the default family)."""
     output:
-        manifest=tinyworld_manifest(contract.TINYWORLD_DEFAULT_FAMILY),
+        manifest=GRID.raw_manifest(contract.TINYWORLD_DEFAULT_FAMILY),
     params:
         out=output_dir,
         seed=config["tinyworld"]["seed"],
@@ -60,7 +28,7 @@ rule tinyworld_data:
 
 use rule tinyworld_data as tinyworld_data_family with:
     output:
-        manifest=tinyworld_manifest("{family}"),
+        manifest=GRID.raw_manifest("{family}"),
     params:
         family=lambda wildcards: wildcards.family,
     log:
@@ -73,7 +41,7 @@ rule tinyworld_model:
     """A tiny Qwen2 model, warm-started by supervised training on its family's problems, with its step-0
     data card."""
     input:
-        raw=lambda wildcards: tinyworld_manifest(GRID.model_family(wildcards.model)),
+        raw=lambda wildcards: GRID.raw_manifest(GRID.model_family(wildcards.model)),
     output:
         card=os.path.join(RESULTS, contract.MODELS_DIR, "{model}", contract.MODEL_CARD_FILE),
     params:
@@ -83,7 +51,7 @@ rule tinyworld_model:
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
         sft_length_buckets=config["tinyworld"]["sft_length_buckets"],
-        regime=tinyworld_regime_arg,
+        regime=lambda wildcards: arguments.tinyworld_regime_arg(GRID.models[wildcards.model]),
         answer_format=lambda wildcards: GRID.models[wildcards.model].get("answer_format", contract.DEFAULT_ANSWER_FORMAT),
     log:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
@@ -109,8 +77,9 @@ rule prepare_data:
         data=os.path.join(RESULTS, contract.data_file("{kind}", "{name}")),
         counts=os.path.join(RESULTS, contract.data_report_file("{kind}", "{name}")),
     params:
-        selector=data_selector,
-        source=data_source_arg,
+        selector=lambda wildcards: arguments.data_selector(
+            wildcards.kind, wildcards.name, GRID.data_loader(wildcards.kind, wildcards.name)),
+        source=lambda wildcards: GRID.prepare_source(prepare_job(wildcards)),
         on_bad_row=config["data"]["on_bad_row"],
     log:
         f"{RESULTS}/logs/prepare_data/{{kind}}-{{name}}.log",

@@ -169,11 +169,7 @@ rule external_checkpoint:
         f"{RESULTS}/{{model}}/{EXTERNAL}/logs/external_checkpoint.log",
     localrule: True
     run:
-        import json
-
-        fetch = json.loads(Path(input.fetch[0]).read_text()) if input.fetch else None
-        write_json(output[0], externals.record(EXTERNALS[wildcards.model], params.settings, fetch, CAMPAIGN,
-                                              GRID.tracking_uri()))
+        write_external_record(wildcards, params, input, output)
 
 
 rule merge_verl:

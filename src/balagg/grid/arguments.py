@@ -25,3 +25,14 @@ def generation_args(evaluation: dict) -> str:
     e = evaluation
     return (f"--n {e['n']} --temperature {e['temperature']} --top-p {e['top_p']} --max-tokens {e['max_tokens']}"
             f" --seed {e['seed']} --batch-size {e['batch_size']}")
+
+
+def data_selector(kind: str, name: str, loader: str) -> str:
+    """What ``python -m balagg prepare-data`` prepares: ``--dataset LOADER`` (a training set) or ``--benchmark``."""
+    return f"--dataset {loader}" if kind == "train" else f"--benchmark {name}"
+
+
+def tinyworld_regime_arg(spec: dict) -> str:
+    """``--regime NAME`` for a tiny model with a laboratory length regime (docs/laboratory.md), else nothing."""
+    regime = spec.get("tinyworld_regime")
+    return f"--regime {regime}" if regime else ""

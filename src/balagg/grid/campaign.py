@@ -183,6 +183,18 @@ class Grid:
                                 ("bench", self.benchmarks))
             for name in names))
 
+    def prepare_source(self, data: DataFile) -> str:
+        """What a prepare_data job reads: the hub id or local mirror, or the tiny world's raw folder of the
+        file's family and loader."""
+        source = self.data_source(data.kind, data.name)
+        if source != TINYWORLD:
+            return source
+        return os.path.join(self.results, contract.tinyworld_raw_dir(data.family), self.data_loader(data.kind, data.name))
+
+    def raw_manifest(self, family: str) -> str:
+        """The manifest of one family's raw tiny-world files (written last by ``tinyworld data``)."""
+        return os.path.join(self.results, contract.tinyworld_raw_dir(family), contract.RAW_MANIFEST_FILE)
+
     def data_reports(self) -> list[str]:
         """The prepare-data report of every prepared file (bad rows skipped, and why)."""
         return [os.path.join(self.results, data.path(contract.data_report_file)) for data in self.data_files()]

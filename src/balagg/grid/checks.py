@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import cache
 
 from balagg import checkpoints as externals, contract
 from balagg.context import check_model_lengths
@@ -49,10 +50,12 @@ def resolve_externals(grid: Grid, hub_cache: str | os.PathLike, offline: bool,
     return found
 
 
+@cache
 def check_context(grid: Grid, model: str):
     """Prompt + completion (training) and prompt + eval budget fit the model's effective context: checked
     when its config.json is local or in the HF cache (ValueError if not); otherwise the train job checks at
-    start (balagg.context) and this says so on stderr. The effective context, or None."""
+    start (balagg.context) and this says so on stderr, once per grid and model. The effective context, or
+    None."""
     settings, spec = grid.train_settings(model), grid.models[model]
     prompt = settings.get("max_prompt_length", CellConfig.max_prompt_length)
     lengths = {"training": (prompt, settings.get("max_completion_length", CellConfig.max_completion_length)),

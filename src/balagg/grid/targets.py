@@ -37,7 +37,10 @@ def external_paths(grid: Grid, name: str) -> list[str]:
 
 
 def analysis_path(grid: Grid, stem: str, fmt: str) -> str:
-    """An artifact's file (``ANALYSIS_ARTIFACTS``) in the campaign's analysis folder."""
+    """An artifact's file in the campaign's analysis folder; KeyError for one not in ``ANALYSIS_ARTIFACTS``
+    (what the analysis rules make is what ``rule all`` asks for)."""
+    if fmt not in ANALYSIS_ARTIFACTS[stem]:
+        raise KeyError(f"{stem}.{fmt} is not an analysis artifact")
     return f"{os.path.join(grid.results, contract.ANALYSIS_DIR)}/{stem}.{fmt}"
 
 

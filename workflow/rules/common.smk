@@ -183,7 +183,6 @@ def bench_dir(wildcards, input):
     return os.path.dirname(input.benchmarks[0])
 
 
-
 if not config["aggregators"] and not config["checkpoints"]:
     raise WorkflowError("config: nothing to run: give aggregators (a grid to train, with models and datasets) "
                         "or checkpoints (to evaluate without training)")

@@ -105,7 +105,8 @@ if EVAL_JOBS == "cell":
             wildcard_constraints:
                 model="|".join(re.escape(m) for m in _models),
             params:
-                pairs=cell_step_pairs("checkpoint", lambda cell, step_dir: os.path.join(cell, contract.checkpoint_relpath(step_dir.rsplit(contract.STEP_DIR_PREFIX, 1)[1]))),
+                pairs=cell_step_pairs("checkpoint", lambda cell, step_dir: os.path.join(
+                    cell, contract.checkpoint_relpath(step_dir.rsplit(contract.STEP_DIR_PREFIX, 1)[1]))),
                 bench_dir=bench_dir,
                 benchmarks=",".join(BENCHMARKS),
                 sampling=arguments.generation_args(config["eval"]),

@@ -20,6 +20,8 @@ from balagg.grid.resources import resource
 from balagg.train.config import CellConfig
 
 TINYWORLD = contract.TINYWORLD_SOURCE
+CELL_MODEL_KEYS = ("answer_format", "enable_thinking", "max_position_embeddings")
+"""Model keys that a cell config takes as they are (the evaluation's prompts take them too: arguments.py)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -78,7 +80,9 @@ class Grid:
 
     def model_source(self, model: str) -> str:
         """Hub id or folder of the initial policy; tiny-world models are built under the campaign folder."""
-        return os.path.join(self.results, contract.MODELS_DIR, model) if self.builds_model(model) else self.models[model]["path"]
+        if self.builds_model(model):
+            return os.path.join(self.results, contract.MODELS_DIR, model)
+        return self.models[model]["path"]
 
     def model_family(self, model: str) -> str:
         """The tiny-world task family of a model's problems (balagg.tinyworld.regimes.model_family)."""
@@ -128,7 +132,7 @@ class Grid:
             "aggregator": cell.aggregator,
             "seed": int(cell.seed),
             "use_chat_template": spec.get("chat_template", False),
-            **{key: spec[key] for key in ("answer_format", "enable_thinking", "max_position_embeddings") if key in spec},
+            **{key: spec[key] for key in CELL_MODEL_KEYS if key in spec},
             "num_processes": max(1, spec.get("train_resources", {}).get("gpus", 0)),
             # the trainer stops at a resumable checkpoint before the job's own Slurm time limit
             "time_limit_minutes": self.resource(cell.model, "train_resources", "runtime"),
@@ -189,7 +193,8 @@ class Grid:
         source = self.data_source(data.kind, data.name)
         if source != TINYWORLD:
             return source
-        return os.path.join(self.results, contract.tinyworld_raw_dir(data.family), self.data_loader(data.kind, data.name))
+        raw = contract.tinyworld_raw_dir(data.family)
+        return os.path.join(self.results, raw, self.data_loader(data.kind, data.name))
 
     def raw_manifest(self, family: str) -> str:
         """The manifest of one family's raw tiny-world files (written last by ``tinyworld data``)."""
@@ -201,7 +206,8 @@ class Grid:
 
     def tinyworld_cards(self) -> list[str]:
         """The card.json of every model the workflow builds itself (none for real models)."""
-        return [os.path.join(self.model_source(m), contract.MODEL_CARD_FILE) for m in self.models if self.builds_model(m)]
+        built = [model for model in self.models if self.builds_model(model)]
+        return [os.path.join(self.model_source(model), contract.MODEL_CARD_FILE) for model in built]
 
     def benchmark_folder_error(self) -> str | None:
         """Each model's benchmark files share one folder (generate and score take one --benchmarks-dir): a

@@ -64,10 +64,12 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        campaign_targets(),
+        targets.campaign_targets(GRID),
         f"{RESULTS}/report.html",
 
 
 onsuccess:
-    for line in bad_rows_summary():
+    from balagg.data.prepare import bad_rows_summary
+
+    for line in bad_rows_summary(GRID.data_reports()):
         print(f"WARNING: {line}")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from analysis_fixtures import train_metrics, write_cell
-from balagg.analysis import CellKey, load_campaign, peak_and_last
+from balagg.analysis import Cell, load_campaign, peak_and_last
 
 MEANS = {0: (0.1, 0.2), 10: (0.3, 0.4), 20: (0.5, 0.6)}
 ROWS = train_metrics(range(1, 21), float, 0.5, 10.0)
@@ -110,7 +110,7 @@ def test_explicit_cells_define_the_grid(tmp_path):
     campaign = load_campaign(tmp_path, [tmp_path / "m/d/seq-agg/seed0/eval/curve.csv",
                                         tmp_path / "m/d/balanced-agg/seed0/eval/curve.csv"])
     assert campaign.aggregators == ("seq-agg", "balanced-agg")
-    assert list(campaign.cells) == [CellKey("m", "d", "seq-agg", 0)]
+    assert list(campaign.cells) == [Cell("m", "d", "seq-agg", 0)]
     assert kinds(campaign) == [("missing-cell", "m/d/balanced-agg/seed0", None)]
 
 

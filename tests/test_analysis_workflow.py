@@ -17,7 +17,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/analysis.smk"
 rule all:
     default_target: True
-    input: analysis_targets()
+    input: targets.analysis_targets(GRID)
 """
 CONFIG = """\
 campaign: camp

@@ -27,8 +27,10 @@ def test_gpu_train_jobs_use_expandable_segments_and_cpu_jobs_do_not(workdir):  #
 
 def paper_train_settings() -> dict[str, dict]:
     """Each paper model's train settings as the workflow resolves them (train section, then the model's own)."""
-    paper = yaml.safe_load((REPO / "configs" / "paper.yaml").read_text())
-    return {name: {**paper["train"], **spec.get("train", {})} for name, spec in paper["models"].items()}
+    from balagg.grid import Grid
+
+    grid = Grid(yaml.safe_load((REPO / "configs" / "paper.yaml").read_text()))
+    return {name: grid.train_settings(name) for name in grid.models}
 
 
 def test_each_paper_model_sizes_its_own_engine_share():

@@ -74,23 +74,23 @@ def test_lint_is_clean(workdir):
 
 
 def test_paper_grid_resolves_every_job_up_front(workdir):
-    result = snakemake("-n", "--configfile", "configs/paper.yaml", cwd=workdir)
+    """The DAG holds every job of the grid (balagg.grid) before anything runs: a train job per cell asking
+    for its model's GPUs, a generate and score job per trained checkpoint, step 0 once per model."""
+    from balagg.commands.plan import load_config
+    from balagg.grid import Grid
+
+    grid = Grid(load_config([str(workdir / "configs/paper.yaml")]))
+    result = snakemake("-n", "-p", "--configfile", "configs/paper.yaml", cwd=workdir)
     counts = job_counts(result.stdout)
-    cells = 2 * 2 * 3
-    trained_checkpoints = len(range(160, 3200 + 1, 160))  # every 160 steps up to the last, 3200
-    assert counts["train"] == cells
-    assert counts["cell_config"] == cells
-    # step 0 is the initial model: evaluated once per model, shared by that model's cells
-    assert counts["generate"] == counts["score"] == cells * trained_checkpoints + 2
-    assert counts["collect_curve"] == cells
-    assert counts["prepare_data"] == 2 + 6  # two training sets, six benchmarks
+    assert counts["train"] == counts["cell_config"] == counts["collect_curve"] == len(grid.cells)
+    checkpoints = sum(grid.evaluated_checkpoints(cell.model) for cell in grid.cells)
+    assert counts["generate"] == counts["score"] == checkpoints + len(grid.models)
+    assert counts["prepare_data"] == len(grid.data_files())
     assert "tinyworld_data" not in counts and "tinyworld_model" not in counts
-    # Each training job asks for its model's GPUs (and launches that many processes, see test_train_config).
-    printed = snakemake("-n", "-p", "--configfile", "configs/paper.yaml", cwd=workdir).stdout
-    train_jobs = [job for job in printed.split("\n\n") if "rule train:" in job]
-    gpus = sorted(re.search(r"\bgpu=(\d+)", job).group(1) for job in train_jobs)
-    assert gpus == ["4"] * 6 + ["8"] * 6
-    assert all("python -m balagg train --cell" in job for job in train_jobs)
+    train_jobs = [job for job in result.stdout.split("\n\n") if "rule train:" in job]
+    gpus = sorted(int(re.search(r"\bgpu=(\d+)", job).group(1)) for job in train_jobs)
+    assert gpus == sorted(grid.resource(cell.model, "train_resources", "gpus") for cell in grid.cells)
+    assert all("python -m balagg train" in job for job in train_jobs)
 
 
 def test_default_grid_is_the_papers_shape_on_the_tiny_world(workdir):
@@ -161,25 +161,19 @@ def test_a_bad_training_combination_stops_before_any_job(workdir):
     assert not (workdir / "results").exists()
 
 
-@pytest.mark.parametrize("configfile", ["configs/default.yaml", "configs/paper.yaml"])
-def test_every_cell_config_trains_its_own_aggregator(workdir, configfile):
-    """Only the cheap cell_config jobs run: each cell's resolved cell.json names the aggregator (and
-    model, dataset, seed) of its own path, for every aggregator of the grid."""
-    import yaml
+def test_the_cell_config_rule_writes_each_cells_resolved_config(workdir, monkeypatch):
+    """Only the cheap cell_config jobs run: each cell.json is balagg.grid's config of the cell its path
+    names, for every cell of the grid."""
+    from balagg.commands.plan import load_config
+    from balagg.grid import Grid
 
-    snakemake("--cores", "1", "--configfile", configfile, "--until", "cell_config", cwd=workdir)
-    config = yaml.safe_load((workdir / configfile).read_text())
-    cells = sorted((workdir / "results" / config["campaign"]).glob("*/*/*/seed*/cell.json"))
-    expected = {(m, d, a, s) for m in config["models"] for d in config["datasets"] for a in config["aggregators"]
-                for s in config.get("seeds", [0])}
-    seen = set()
-    for path in cells:
-        model, dataset, aggregator, seed = path.parent.relative_to(workdir / "results" / config["campaign"]).parts
-        cell = json.loads(path.read_text())
-        assert (cell["model_name"], cell["dataset_name"], cell["aggregator"], f"seed{cell['seed']}") == \
-            (model, dataset, aggregator, seed), path
-        seen.add((model, dataset, aggregator, int(seed.removeprefix("seed"))))
-    assert seen == expected
+    snakemake("--cores", "1", "--until", "cell_config", cwd=workdir)
+    monkeypatch.chdir(workdir)  # the tracking URI is the campaign's SQLite file, absolute
+    grid = Grid(load_config(["configs/default.yaml"]))
+    root = workdir / "results" / grid.name
+    written = {path.parent.relative_to(root).as_posix(): json.loads(path.read_text())
+               for path in root.glob("*/*/*/seed*/cell.json")}
+    assert written == {cell.relpath: grid.cell_config(cell) for cell in grid.cells}
 
 
 def test_an_interrupted_retrain_leaves_the_cell_incomplete_not_an_old_curve_standing(workdir):
@@ -189,7 +183,7 @@ def test_an_interrupted_retrain_leaves_the_cell_incomplete_not_an_old_curve_stan
     mark_smoke_grid_done(workdir)
     cell = "results/smoke/tiny-s/arith-long/balanced-agg/seed0"
     forced = snakemake("-n", "-p", "--configfile", "configs/smoke.yaml", "-R", f"{cell}/manifest.json", cwd=workdir)
-    train = [line for line in forced.stdout.splitlines() if "balagg train --cell" in line]
+    train = [line for line in forced.stdout.splitlines() if "balagg train" in line]
     assert len(train) == 1 and f"--invalidate {cell}/eval --invalidate results/smoke/analysis" in train[0]
 
     shutil.rmtree(workdir / cell / "eval")  # what the killed train job had done before training

@@ -64,15 +64,6 @@ def test_train_jobs_ask_for_one_node_and_retry_to_resume(checkout):
     assert job_counts(log)["fetch"] == 1
 
 
-def test_cell_config_carries_the_jobs_time_limit(checkout):
-    cell = "results/paper/qwen3-1.7b/dapo17k/balanced-agg/seed0/cell.json"
-    snakemake("--cores", "1", cell, "--configfile", "configs/paper.yaml", cwd=checkout)
-    paper = yaml.safe_load((REPO / "configs" / "paper.yaml").read_text())
-    written = json.loads((checkout / cell).read_text())
-    assert written["time_limit_minutes"] == paper["models"]["qwen3-1.7b"]["train_resources"]["runtime"]
-    assert written["accelerate_config"] == "configs/accelerate/fsdp2.yaml"
-
-
 def test_fetch_runs_the_checkouts_code_and_records_revisions(checkout, tmp_path_factory):
     """The fetch rule (local, offline here) snapshots every hub id of the config into
     hf_home and records the commits; the job imports the checkout's src/ (not the installed balagg, not

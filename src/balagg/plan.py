@@ -64,14 +64,14 @@ data registry has none (LiveCodeBench's window) or to plan a subset.
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
-from balagg import settings
 from balagg.data.sources import SOURCES
 from balagg.completion_lengths import CompletionLengths
-from balagg.aggregators import MICRO_BATCH_RULES
+from balagg.grid import Grid
 from balagg.layout import TINYWORLD_SOURCE
-from balagg.train.config import CellConfig
+from balagg.aggregators import MICRO_BATCH_RULES
+from balagg.settings import TINYWORLD
 
 MEASURED_RATE = ("gpu_smoke.json", "probe-7b", "tokens_per_s")
 """Where ``forward_backward_tokens_per_s_per_gpu`` is measured: file, step, key (bench/gpu_smoke.py)."""
@@ -80,7 +80,6 @@ EVAL_BYTES_PER_PARAMETER = 2  # bf16 evaluation checkpoints
 STATE_BYTES_PER_PARAMETER = 12  # fp32 weights + AdamW exp_avg and exp_avg_sq in fp32
 LOAD_BYTES_PER_PARAMETER = 4  # fp32 master weights, materialised on the host by every rank while loading
 HOST_BYTES_PER_RANK = 10e9  # one rank's process besides the weights: CUDA context, libraries, vLLM engine, data
-RESOURCE_DEFAULTS = {"gpus": 0, "mem_mb": 4000, "runtime": 60}  # the workflow's (workflow/rules/common.smk)
 
 
 @dataclass(frozen=True)
@@ -213,7 +212,7 @@ def bench_problems(config: dict, model: str | None = None) -> dict[str, int]:
 
     given = config.get("plan", {}).get("bench_problems", {})
     family = model_family(config["models"][model or next(iter(config["models"]))])
-    asked = config.get("tinyworld", {}).get("bench_problems", settings.TINYWORLD.bench_problems)
+    asked = config.get("tinyworld", {}).get("bench_problems", TINYWORLD.bench_problems)
     sizes = {}
     for name, source in config["benchmarks"].items():
         if name in given:
@@ -225,24 +224,6 @@ def bench_problems(config: dict, model: str | None = None) -> dict[str, int]:
         else:
             raise ValueError(f"plan: benchmark {name} has no known size; set plan.bench_problems.{name}")
     return sizes
-
-
-def _train_settings(config: dict, model: str) -> dict:
-    defaults = {f.name: f.default for f in fields(CellConfig) if f.default is not MISSING}
-    return {**defaults, **config["train"], **config["models"][model].get("train", {})}
-
-
-def _resource(config: dict, model: str, rule_key: str, key: str):
-    return config["models"][model].get(rule_key, {}).get(key, RESOURCE_DEFAULTS[key])
-
-
-def _prepare_jobs(config: dict) -> int:
-    """Data jobs: one per training set and benchmark, a tiny-world one once per task family in use."""
-    from balagg.tinyworld.regimes import model_family
-
-    families = {model_family(spec) for spec in config["models"].values()}
-    sources = [spec["source"] for spec in config["datasets"].values()] + list(config["benchmarks"].values())
-    return sum(len(families) if source == TINYWORLD_SOURCE else 1 for source in sources)
 
 
 def logprob_pass(train: dict) -> bool:
@@ -261,19 +242,20 @@ def per_checkpoint_eval_tokens(config: dict, model: str, rates: Rates) -> float:
 
 def model_figures(config: dict, model: str) -> ModelFigures:
     """The per-model quantities of the module docstring."""
+    grid = Grid(config)
     rates = model_rates(config, model)
-    train = _train_settings(config, model)
+    train = grid.full_train_settings(model)
     if rates.prompt_tokens is None:
         rates = replace(rates, prompt_tokens=train["max_prompt_length"])
     if not 1 <= rates.prompt_tokens <= train["max_prompt_length"]:
         raise ValueError(f"plan: prompt_tokens of {model} must be in [1, max_prompt_length="
                          f"{train['max_prompt_length']}], got {rates.prompt_tokens}")
-    train_gpus = max(_resource(config, model, "train_resources", "gpus"), 1)
-    generate_gpus = max(_resource(config, model, "generate_resources", "gpus"), 1)
+    train_gpus = max(grid.resource(model, "train_resources", "gpus"), 1)
+    generate_gpus = max(grid.resource(model, "generate_resources", "gpus"), 1)
     lengths = CompletionLengths(train["max_completion_length"], rates.completion_fraction)
     rank_rows = math.ceil(train["prompts_per_step"] * train["num_generations"] / train_gpus)
     step_rows = math.ceil(rank_rows / train["mini_batches"])
-    checkpoints = len([s for s in CellConfig.checkpoint_steps_of(train["total_steps"], train["eval_every"]) if s > 0])
+    checkpoints = grid.evaluated_checkpoints(model)
     per_job = checkpoints if config.get("eval", {}).get("jobs") == "cell" else 1
     eval_seconds = per_job * per_checkpoint_eval_tokens(config, model, rates) / rates.generate_tokens_per_s_per_gpu
     return ModelFigures(
@@ -281,19 +263,20 @@ def model_figures(config: dict, model: str) -> ModelFigures:
         step_rows=step_rows, trim=train.get("trim_padding", True),  # the trainer's defaults (balagg.train.trainer)
         sort=train.get("length_sorted_microbatches", True), logprob_pass=logprob_pass(train),
         eval_job_hours=eval_seconds / generate_gpus / 3600,
-        generate_runtime_hours=_resource(config, model, "generate_resources", "runtime") / 60,
-        train_ranks=train_gpus, train_mem_bytes=_resource(config, model, "train_resources", "mem_mb") * 1e6,
+        generate_runtime_hours=grid.resource(model, "generate_resources", "runtime") / 60,
+        train_ranks=train_gpus, train_mem_bytes=grid.resource(model, "train_resources", "mem_mb") * 1e6,
         checkpoints=checkpoints, keep_checkpoints=train["keep_checkpoints"])
 
 
 def plan_lines(config: dict) -> tuple[list[Line], Line]:
     """Per-cell and per-model-initial lines, and the total (module docstring)."""
+    grid = Grid(config)
     lines = []
-    for model in config["models"]:
+    for model in grid.models:
         figures = model_figures(config, model)
-        rates, train = figures.rates, _train_settings(config, model)
-        train_gpus = _resource(config, model, "train_resources", "gpus")
-        generate_gpus = _resource(config, model, "generate_resources", "gpus")
+        rates, train = figures.rates, grid.full_train_settings(model)
+        train_gpus = grid.resource(model, "train_resources", "gpus")
+        generate_gpus = grid.resource(model, "generate_resources", "gpus")
         runtime = config["models"][model].get("train_resources", {}).get("runtime")
         per_checkpoint = per_checkpoint_eval_tokens(config, model, rates)
         rollouts = math.ceil(train["total_steps"] / (train["mini_batches"] * train["num_iterations"]))
@@ -305,22 +288,18 @@ def plan_lines(config: dict) -> tuple[list[Line], Line]:
         snapshot = None if rates.parameters is None else rates.parameters * EVAL_BYTES_PER_PARAMETER
         lines.append(Line(f"{model}/initial (step 0)", {"generate": 1, "score": 1}, 0, generate_gpus,
                           eval_tokens=per_checkpoint, eval_gpu_hours=eval_hours, disk_bytes=snapshot))
-        for dataset in config["datasets"]:
-            for aggregator in config["aggregators"]:
-                padded_tokens = responses * (rates.prompt_tokens + figures.completion_width(aggregator))
-                train_hours = (train_tokens / rates.rollout_tokens_per_s_per_gpu
-                               + (padded_tokens * train["num_iterations"] + logprob_tokens * FORWARD_SHARE)
-                               / rates.forward_backward_tokens_per_s_per_gpu) / 3600
-                for seed in config["seeds"]:
-                    lines.append(Line(
-                        f"{model}/{dataset}/{aggregator}/seed{seed}",
-                        {"train": 1, "generate": figures.checkpoints, "score": figures.checkpoints},
-                        train_gpus, generate_gpus, train_tokens=train_tokens, padded_tokens=padded_tokens,
-                        eval_tokens=figures.checkpoints * per_checkpoint, train_gpu_hours=train_hours,
-                        eval_gpu_hours=figures.checkpoints * eval_hours,
-                        train_wall_hours=train_hours / max(train_gpus, 1),
-                        train_runtime_hours=runtime / 60 if runtime else None, disk_bytes=figures.cell_disk_bytes))
-    total = Line("total", {"prepare_data": _prepare_jobs(config)})
+        for cell in (cell for cell in grid.cells if cell.model == model):
+            padded_tokens = responses * (rates.prompt_tokens + figures.completion_width(cell.aggregator))
+            train_hours = (train_tokens / rates.rollout_tokens_per_s_per_gpu
+                           + (padded_tokens * train["num_iterations"] + logprob_tokens * FORWARD_SHARE)
+                           / rates.forward_backward_tokens_per_s_per_gpu) / 3600
+            lines.append(Line(
+                cell.relpath, {"train": 1, "generate": figures.checkpoints, "score": figures.checkpoints},
+                train_gpus, generate_gpus, train_tokens=train_tokens, padded_tokens=padded_tokens,
+                eval_tokens=figures.checkpoints * per_checkpoint, train_gpu_hours=train_hours,
+                eval_gpu_hours=figures.checkpoints * eval_hours, train_wall_hours=train_hours / max(train_gpus, 1),
+                train_runtime_hours=runtime / 60 if runtime else None, disk_bytes=figures.cell_disk_bytes))
+    total = Line("total", {"prepare_data": len(grid.data_files())})
     for line in lines:
         total.add(line)
     return lines, total

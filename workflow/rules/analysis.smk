@@ -12,26 +12,27 @@ ANALYSIS = config["analysis"]
 ANALYSIS_SCRIPTS = f"{workflow.basedir}/analysis"
 ANALYSIS_REPORT = "../report"
 ANALYSIS_OUT = os.path.join(RESULTS, layout.ANALYSIS_DIR)
-ANALYSIS_LOGS = f"{RESULTS}/logs/analysis"
-ANALYSIS_BENCHMARKS = f"{RESULTS}/benchmarks/analysis"
+ANALYSIS_LOGS = f"{RESULTS}/logs/{layout.ANALYSIS_DIR}"
+ANALYSIS_BENCHMARKS = f"{RESULTS}/benchmarks/{layout.ANALYSIS_DIR}"
 # every script reads the campaign folder and writes into its analysis folder
 ANALYSIS_ARGS = f"--campaign-dir {RESULTS} --out {ANALYSIS_OUT}"
+
 
 
 rule table1:
     """Table 1: peak and last-step Acc@8 / Best@8 per dataset x model x aggregator, and a row per external
     checkpoint (its checkpoint.json and the eval/curve.csv beside it)."""
     input:
-        curves=analysis_curves,
-        checkpoints=external_records,
-        checkpoint_curves=lambda wildcards: external_paths(CURVE),
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
+        checkpoints=lambda wildcards: targets.external_paths(GRID, layout.EXTERNAL_RECORD_FILE),
+        checkpoint_curves=lambda wildcards: targets.external_paths(GRID, CURVE),
         paper=[f"{workflow.basedir}/{ANALYSIS['paper_values']}"] if ANALYSIS.get("paper_values") else [],
     output:
-        csv=report(f"{ANALYSIS_OUT}/table1.csv", caption=f"{ANALYSIS_REPORT}/table1.rst",
+        csv=report(targets.analysis_path(GRID, "table1", "csv"), caption=f"{ANALYSIS_REPORT}/table1.rst",
                    category="Table 1"),
-        md=report(f"{ANALYSIS_OUT}/table1.md", caption=f"{ANALYSIS_REPORT}/table1.rst",
+        md=report(targets.analysis_path(GRID, "table1", "md"), caption=f"{ANALYSIS_REPORT}/table1.rst",
                   category="Table 1"),
-        tex=f"{ANALYSIS_OUT}/table1.tex",
+        tex=targets.analysis_path(GRID, "table1", "tex"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -50,11 +51,11 @@ rule table1:
 rule figure1:
     """Figure 1: per benchmark, peak and last-step Acc@8 of each aggregator, averaged over settings."""
     input:
-        curves=analysis_curves,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
     output:
-        png=report(f"{ANALYSIS_OUT}/figure1.png", caption=f"{ANALYSIS_REPORT}/figure1.rst",
+        png=report(targets.analysis_path(GRID, "figure1", "png"), caption=f"{ANALYSIS_REPORT}/figure1.rst",
                    category="Figures"),
-        pdf=f"{ANALYSIS_OUT}/figure1.pdf",
+        pdf=targets.analysis_path(GRID, "figure1", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -70,11 +71,11 @@ rule figure1:
 rule figure2:
     """Figure 2: policy-gradient loss over training, one panel per dataset, for one model."""
     input:
-        manifests=analysis_manifests,
+        manifests=lambda wildcards: GRID.cell_paths(layout.MANIFEST_FILE),
     output:
-        png=report(f"{ANALYSIS_OUT}/figure2.png", caption=f"{ANALYSIS_REPORT}/figure2.rst",
+        png=report(targets.analysis_path(GRID, "figure2", "png"), caption=f"{ANALYSIS_REPORT}/figure2.rst",
                    category="Figures"),
-        pdf=f"{ANALYSIS_OUT}/figure2.pdf",
+        pdf=targets.analysis_path(GRID, "figure2", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -93,11 +94,11 @@ rule figure2:
 rule figure3:
     """Figure 3: response-length CV and positive-negative length gap over training."""
     input:
-        manifests=analysis_manifests,
+        manifests=lambda wildcards: GRID.cell_paths(layout.MANIFEST_FILE),
     output:
-        png=report(f"{ANALYSIS_OUT}/figure3.png", caption=f"{ANALYSIS_REPORT}/figure3.rst",
+        png=report(targets.analysis_path(GRID, "figure3", "png"), caption=f"{ANALYSIS_REPORT}/figure3.rst",
                    category="Figures"),
-        pdf=f"{ANALYSIS_OUT}/figure3.pdf",
+        pdf=targets.analysis_path(GRID, "figure3", "pdf"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -115,12 +116,12 @@ rule figure3:
 rule diagnosis:
     """diagnosis.md: measured length statistics, the predicted and the observed better aggregation."""
     input:
-        curves=analysis_curves,
-        manifests=analysis_manifests,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
+        manifests=lambda wildcards: GRID.cell_paths(layout.MANIFEST_FILE),
     output:
-        md=report(f"{ANALYSIS_OUT}/diagnosis.md", caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
+        md=report(targets.analysis_path(GRID, "diagnosis", "md"), caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
                   category="Diagnosis"),
-        csv=f"{ANALYSIS_OUT}/diagnosis.csv",
+        csv=targets.analysis_path(GRID, "diagnosis", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -139,11 +140,11 @@ rule diagnosis:
 rule comparison:
     """comparison.md: paired test over problems and seeds of every difference between two aggregators."""
     input:
-        curves=analysis_curves,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
     output:
-        md=report(f"{ANALYSIS_OUT}/comparison.md", caption=f"{ANALYSIS_REPORT}/comparison.rst",
+        md=report(targets.analysis_path(GRID, "comparison", "md"), caption=f"{ANALYSIS_REPORT}/comparison.rst",
                   category="Diagnosis"),
-        csv=f"{ANALYSIS_OUT}/comparison.csv",
+        csv=targets.analysis_path(GRID, "comparison", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:
@@ -157,13 +158,13 @@ rule comparison:
 rule mechanism:
     """Mechanism figure: side shares of the update mass and long/short per-token weights over training."""
     input:
-        curves=analysis_curves,
-        manifests=analysis_manifests,
+        curves=lambda wildcards: GRID.cell_paths(CURVE),
+        manifests=lambda wildcards: GRID.cell_paths(layout.MANIFEST_FILE),
     output:
-        png=report(f"{ANALYSIS_OUT}/mechanism.png", caption=f"{ANALYSIS_REPORT}/mechanism.rst",
+        png=report(targets.analysis_path(GRID, "mechanism", "png"), caption=f"{ANALYSIS_REPORT}/mechanism.rst",
                    category="Figures"),
-        pdf=f"{ANALYSIS_OUT}/mechanism.pdf",
-        csv=f"{ANALYSIS_OUT}/mechanism.csv",
+        pdf=targets.analysis_path(GRID, "mechanism", "pdf"),
+        csv=targets.analysis_path(GRID, "mechanism", "csv"),
     conda:
         "../../envs/cpu.yaml"
     log:

@@ -7,7 +7,7 @@
 rule tinyworld_data:
     """Synthetic training sets and benchmarks in the real datasets' raw schemas (the default family)."""
     output:
-        manifest=tinyworld_manifest(layout.TINYWORLD_DEFAULT_FAMILY),
+        manifest=GRID.raw_manifest(layout.TINYWORLD_DEFAULT_FAMILY),
     params:
         out=output_dir,
         seed=config["tinyworld"]["seed"],
@@ -28,7 +28,7 @@ rule tinyworld_data:
 
 use rule tinyworld_data as tinyworld_data_family with:
     output:
-        manifest=tinyworld_manifest("{family}"),
+        manifest=GRID.raw_manifest("{family}"),
     params:
         family=lambda wildcards: wildcards.family,
     log:
@@ -41,18 +41,18 @@ rule tinyworld_model:
     """A tiny Qwen2 model, warm-started by supervised training on its family's problems, with its step-0
     data card."""
     input:
-        raw=lambda wildcards: tinyworld_manifest(model_family(wildcards.model)),
+        raw=lambda wildcards: GRID.raw_manifest(GRID.model_family(wildcards.model)),
     output:
         card=os.path.join(RESULTS, layout.MODELS_DIR, "{model}", layout.MODEL_CARD_FILE),
     params:
         out=output_dir,
-        raw=raw_dir,
-        size=tinyworld_size,
+        raw=lambda wildcards, input: os.path.dirname(input.raw),
+        size=lambda wildcards: GRID.models[wildcards.model].get("tinyworld_size", wildcards.model),
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
         sft_length_buckets=config["tinyworld"]["sft_length_buckets"],
-        regime=tinyworld_regime_arg,
-        answer_format=lambda wildcards: config["models"][wildcards.model].get("answer_format", prompts.DEFAULT_ANSWER_FORMAT),
+        regime=lambda wildcards: arguments.tinyworld_regime_arg(GRID.models[wildcards.model]),
+        answer_format=lambda wildcards: GRID.models[wildcards.model].get("answer_format", prompts.DEFAULT_ANSWER_FORMAT),
     log:
         f"{RESULTS}/logs/tinyworld_model/{{model}}.log",
     benchmark:
@@ -77,8 +77,9 @@ rule prepare_data:
         data=os.path.join(RESULTS, layout.data_file("{kind}", "{name}")),
         counts=os.path.join(RESULTS, layout.data_report_file("{kind}", "{name}")),
     params:
-        selector=data_selector,
-        source=data_source_arg,
+        selector=lambda wildcards: arguments.data_selector(
+            wildcards.kind, wildcards.name, GRID.data_loader(wildcards.kind, wildcards.name)),
+        source=lambda wildcards: GRID.prepare_source(prepare_job(wildcards)),
         on_bad_row=config["data"]["on_bad_row"],
     log:
         f"{RESULTS}/logs/prepare_data/{{kind}}-{{name}}.log",
@@ -105,10 +106,10 @@ rule tinyworld_card:
     """The campaign's data card: every tiny model's step-0 statistics (accuracy, length CV, right/wrong lengths)
     and the bad rows prepare_data skipped."""
     input:
-        cards=tinyworld_cards(),
-        counts=data_reports(),
+        cards=GRID.tinyworld_cards(),
+        counts=GRID.data_reports(),
     output:
-        f"{RESULTS}/data/card.json",
+        f"{RESULTS}/{layout.DATA_DIR}/{layout.MODEL_CARD_FILE}",
     log:
         f"{RESULTS}/logs/tinyworld_card.log",
     benchmark:

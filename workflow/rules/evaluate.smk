@@ -21,9 +21,9 @@ rule generate:
         checkpoint=checkpoint_path,
         bench_dir=bench_dir,
         benchmarks=",".join(BENCHMARKS),
-        sampling=generation_args(),
+        sampling=arguments.generation_args(config["eval"]),
         out=output_dir,
-        prompt=prompt_args,
+        prompt=lambda wildcards: arguments.prompt_args(GRID.model_spec(wildcards.model)),
     log:
         f"{EVAL_RUN}/logs/generate-{{step}}.log",
     benchmark:
@@ -89,7 +89,7 @@ rule collect_curve:
 
 
 if EVAL_JOBS == "cell":
-    for _index, (_steps, _models) in enumerate(cell_eval_groups()):
+    for _index, (_steps, _models) in enumerate(GRID.cell_eval_groups()):
         _name = "" if _index == 0 else f"_{_index + 1}"
         _step_dirs = [os.path.join(CELL, layout.eval_step_relpath(step)) for step in _steps]
 
@@ -105,11 +105,12 @@ if EVAL_JOBS == "cell":
             wildcard_constraints:
                 model="|".join(re.escape(m) for m in _models),
             params:
-                pairs=cell_step_pairs("checkpoint", lambda cell, step_dir: cell_checkpoint(cell, step_dir.rsplit("step-", 1)[1])),
+                pairs=cell_step_pairs("checkpoint", lambda cell, step_dir: os.path.join(
+                    cell, layout.checkpoint_relpath(step_dir.rsplit(layout.STEP_DIR_PREFIX, 1)[1]))),
                 bench_dir=bench_dir,
                 benchmarks=",".join(BENCHMARKS),
-                sampling=generation_args(),
-                prompt=prompt_args,
+                sampling=arguments.generation_args(config["eval"]),
+                prompt=lambda wildcards: arguments.prompt_args(GRID.model_spec(wildcards.model)),
             log:
                 f"{CELL}/logs/generate.log",
             benchmark:
@@ -169,7 +170,7 @@ rule external_checkpoint:
         f"{RESULTS}/{{model}}/{EXTERNAL}/logs/external_checkpoint.log",
     localrule: True
     run:
-        write_json(output[0], external_record(wildcards.model, params.settings, input.fetch))
+        write_external_record(wildcards, params, input, output)
 
 
 rule merge_verl:

@@ -8,8 +8,8 @@ rule fetch:
     output:
         FETCH,
     params:
-        hf_home=hf_home(),
-        repos=fetch_args(),
+        hf_home=environment.hf_home(config),
+        repos=environment.fetch_args(config),
     log:
         f"{RESULTS}/logs/fetch.log",
     localrule: True

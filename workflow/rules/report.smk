@@ -8,7 +8,7 @@ import sys
 rule report:
     """results/{campaign}/report.html: Snakemake's self-contained report of the campaign."""
     input:
-        campaign_targets(),
+        targets.campaign_targets(GRID),
     output:
         f"{RESULTS}/report.html",
     params:

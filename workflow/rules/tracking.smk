@@ -6,10 +6,10 @@ rule mlflow_setup:
     output:
         f"{RESULTS}/mlflow/experiment.json",
     params:
-        uri=tracking_uri(),
+        uri=GRID.tracking_uri(),
         experiment=CAMPAIGN,
         # a SQLite store keeps the campaign's artifacts beside it (a server keeps its own artifact root)
-        artifacts=f"--artifact-location {RESULTS}/mlartifacts" if tracking_uri().startswith("sqlite:") else "",
+        artifacts=f"--artifact-location {RESULTS}/mlartifacts" if GRID.tracking_uri().startswith("sqlite:") else "",
     log:
         f"{RESULTS}/logs/mlflow_setup.log",
     benchmark:
@@ -55,11 +55,11 @@ rule mlflow_log_eval:
 rule mlflow_log_analysis:
     """Table 1, the figures and the diagnosis as artifacts of the campaign's analysis run."""
     input:
-        analysis_targets(),
+        targets.analysis_targets(GRID),
     output:
-        f"{RESULTS}/analysis/mlflow.json",
+        f"{RESULTS}/{layout.ANALYSIS_DIR}/{layout.EVAL_TRACKING_FILE}",
     params:
-        uri=tracking_uri(),
+        uri=GRID.tracking_uri(),
         experiment=CAMPAIGN,
     log:
         f"{RESULTS}/logs/mlflow_log_analysis.log",

@@ -31,7 +31,7 @@ rule train:
     `balagg train` runs `accelerate launch` with the cell's GPU count (num_processes) when it has several."""
     input:
         cell=f"{CELL}/{layout.CELL_CONFIG_FILE}",
-        data=lambda wildcards: data_path(wildcards.model, "train", wildcards.dataset),
+        data=lambda wildcards: GRID.data_path(wildcards.model, "train", wildcards.dataset),
         model=model_inputs,
         tracking=f"{RESULTS}/mlflow/experiment.json",
     output:

@@ -4,8 +4,8 @@
 seed means, peaks and last steps; ``outputs`` holds what the scripts in ``analysis/`` share.
 """
 
-from balagg.analysis.campaign import MEAN, Campaign, CellKey, Problem, load_campaign
+from balagg.analysis.campaign import MEAN, Campaign, Cell, Problem, load_campaign
 from balagg.analysis.seed_means import peak_and_last, smooth, train_curves
 
-__all__ = ["MEAN", "Campaign", "CellKey", "Problem", "load_campaign", "peak_and_last", "smooth",
+__all__ = ["MEAN", "Campaign", "Cell", "Problem", "load_campaign", "peak_and_last", "smooth",
            "train_curves"]

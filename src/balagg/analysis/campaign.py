@@ -27,6 +27,7 @@ import pandas as pd
 
 from balagg.benchmarks import MEAN, PAPER_SAMPLES, UNPARSABLE_GOLDS, benchmark_order, eval_metrics, samples_of_columns
 from balagg.evaluation.scoring.metrics import summary_rows
+from balagg.grid.cell import Cell
 from balagg.io import read_jsonl_lines
 from balagg.layout import (
     CAMPAIGN_DIRS,
@@ -38,19 +39,18 @@ from balagg.layout import (
     SEED_DIR,
     SUMMARY_FILE,
     TRAIN_DIR,
-    cell_relpath,
     parse_step_dirname,
 )
 
 __all__ = [
     "MEAN",
     "METRICS",
-    "CellKey",
     "Cell",
+    "CellFolder",
     "Problem",
     "Campaign",
     "load_campaign",
-    "cell_key_from_path",
+    "cell_from_path",
 ]
 
 METRICS: tuple[str, ...] = eval_metrics(PAPER_SAMPLES)
@@ -63,23 +63,6 @@ scored before it existed."""
 _CURVE_COLUMNS = ("step", "benchmark", *REQUIRED_METRICS)
 
 
-@dataclass(frozen=True, order=True)
-class CellKey:
-    """One grid cell's coordinates (the folder names of its path)."""
-
-    model: str
-    dataset: str
-    aggregator: str
-    seed: int
-
-    @property
-    def relpath(self) -> str:
-        return cell_relpath(self.model, self.dataset, self.aggregator, self.seed)
-
-    def __str__(self) -> str:
-        return self.relpath
-
-
 @dataclass(frozen=True)
 class Problem:
     """Something missing or broken in the campaign, with the cell and step it concerns.
@@ -90,7 +73,7 @@ class Problem:
 
     kind: str
     message: str
-    cell: CellKey | None = None
+    cell: Cell | None = None
     step: int | None = None
 
     def __str__(self) -> str:
@@ -101,10 +84,10 @@ class Problem:
 
 
 @dataclass
-class Cell:
+class CellFolder:
     """What was found in one cell folder."""
 
-    key: CellKey
+    key: Cell
     path: Path
     expected_steps: set[int] = field(default_factory=set)
     evaluated_steps: set[int] = field(default_factory=set)
@@ -134,8 +117,8 @@ class Campaign:
     """
 
     root: Path
-    grid: tuple[CellKey, ...]
-    cells: dict[CellKey, Cell]
+    grid: tuple[Cell, ...]
+    cells: dict[Cell, CellFolder]
     evals: pd.DataFrame
     train: pd.DataFrame
     benchmarks: tuple[str, ...]
@@ -153,7 +136,7 @@ class Campaign:
         """The (model, dataset) training settings of the grid, in display order."""
         return [(m, d) for m in self.models for d in self.datasets]
 
-    def group_keys(self, model: str, dataset: str, aggregator: str) -> list[CellKey]:
+    def group_keys(self, model: str, dataset: str, aggregator: str) -> list[Cell]:
         """The grid's cells (seeds) of one (model, dataset, aggregator), found or not."""
         return [k for k in self.grid if (k.model, k.dataset, k.aggregator) == (model, dataset, aggregator)]
 
@@ -176,7 +159,7 @@ def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(names), key=rank))
 
 
-def cell_key_from_path(campaign_dir: Path, path: Path) -> CellKey:
+def cell_from_path(campaign_dir: Path, path: Path) -> Cell:
     """The cell a path belongs to: ``{model}/{dataset}/{aggregator}/seed{N}`` right under the campaign."""
     try:
         parts = Path(path).resolve().relative_to(Path(campaign_dir).resolve()).parts
@@ -186,15 +169,15 @@ def cell_key_from_path(campaign_dir: Path, path: Path) -> CellKey:
     if not match:
         raise ValueError(f"{path} is not inside a cell folder {{model}}/{{dataset}}/{{aggregator}}/seed{{N}} "
                          f"of {campaign_dir}")
-    return CellKey(parts[0], parts[1], parts[2], int(match.group(1)))
+    return Cell(parts[0], parts[1], parts[2], int(match.group(1)))
 
 
-def discover_cells(campaign_dir: Path) -> list[CellKey]:
+def discover_cells(campaign_dir: Path) -> list[Cell]:
     """Every ``{model}/{dataset}/{aggregator}/seed{N}`` folder under ``campaign_dir``."""
     keys = []
     for seed_dir in Path(campaign_dir).glob("*/*/*/seed*"):
         if seed_dir.is_dir() and SEED_DIR.match(seed_dir.name) and seed_dir.parts[-4] not in CAMPAIGN_DIRS:
-            keys.append(cell_key_from_path(campaign_dir, seed_dir))
+            keys.append(cell_from_path(campaign_dir, seed_dir))
     return sorted(keys)
 
 
@@ -249,7 +232,7 @@ def _read_summary(path: Path) -> list[dict]:
              **{m: _finite(row[m]) for m in (*METRICS, UNPARSABLE_GOLDS)}} for row in summary_rows(summary)]
 
 
-def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dict]:
+def _read_metrics(path: Path, key: Cell, problems: list[Problem]) -> list[dict]:
     rows, skipped = [], []
     for number, record in read_jsonl_lines(path, bad_lines="skip", skipped=skipped):
         try:
@@ -266,7 +249,7 @@ def _read_metrics(path: Path, key: CellKey, problems: list[Problem]) -> list[dic
     return rows
 
 
-def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
+def _load_cell_evals(cell: CellFolder, problems: list[Problem]) -> list[dict]:
     """Rows of one cell's curve and summaries, keyed by step (curve.csv wins for steps it has)."""
     eval_dir = cell.path / EVAL_DIR
     rows: list[dict] = []
@@ -288,8 +271,8 @@ def _load_cell_evals(cell: Cell, problems: list[Problem]) -> list[dict]:
     return rows
 
 
-def _scan_cell(key: CellKey, path: Path, problems: list[Problem]) -> tuple[Cell, list[dict], list[dict]]:
-    cell = Cell(key, path)
+def _scan_cell(key: Cell, path: Path, problems: list[Problem]) -> tuple[CellFolder, list[dict], list[dict]]:
+    cell = CellFolder(key, path)
     cell.expected_steps |= set(_step_dirs(path / TRAIN_DIR / CHECKPOINTS_DIR))
     cell.expected_steps |= set(_step_dirs(path / EVAL_DIR))
     manifest = path / MANIFEST_FILE
@@ -308,7 +291,7 @@ def _scan_cell(key: CellKey, path: Path, problems: list[Problem]) -> tuple[Cell,
     return cell, eval_rows, train_rows
 
 
-def _complete_steps(cell: Cell, rows: list[dict], benchmarks: Sequence[str],
+def _complete_steps(cell: CellFolder, rows: list[dict], benchmarks: Sequence[str],
                     problems: list[Problem]) -> list[dict]:
     """Keep the rows of steps holding every benchmark and the mean with finite values; report the rest."""
     by_step: dict[int, dict[str, dict]] = {}
@@ -343,11 +326,11 @@ def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None =
     if not root.is_dir():
         raise ValueError(f"campaign folder {root} does not exist")
     if cells is not None:
-        grid = sorted({cell_key_from_path(root, Path(p)) for p in cells})
+        grid = sorted({cell_from_path(root, Path(p)) for p in cells})
         found = [k for k in grid if (root / k.relpath).is_dir()]
     else:
         found = discover_cells(root)
-        grid = sorted(CellKey(m, d, a, s) for m in {k.model for k in found} for d in {k.dataset for k in found}
+        grid = sorted(Cell(m, d, a, s) for m in {k.model for k in found} for d in {k.dataset for k in found}
                       for a in {k.aggregator for k in found} for s in {k.seed for k in found})
     if not found:
         raise ValueError(f"no cell folders {{model}}/{{dataset}}/{{aggregator}}/seed{{N}} under {root}")
@@ -375,7 +358,7 @@ def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None =
     if train.empty:
         train = pd.DataFrame(columns=[*coord_columns, "step"])
     train = train.sort_values([*coord_columns, "step"]).drop_duplicates([*coord_columns, "step"], keep="last")
-    problems.sort(key=lambda p: (p.cell or CellKey("", "", "", -1), p.step if p.step is not None else -1, p.kind))
+    problems.sort(key=lambda p: (p.cell or Cell("", "", "", -1), p.step if p.step is not None else -1, p.kind))
     return Campaign(
         root=root,
         grid=tuple(grid),

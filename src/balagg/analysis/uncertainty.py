@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balagg.analysis.campaign import Campaign, CellKey
+from balagg.analysis.campaign import Campaign, Cell
 from balagg.analysis.seed_means import ACC, BEST, last_column, peak_column
 from balagg.io import read_jsonl_lines
 from balagg.layout import INITIAL_RUN, SCORES_FILE, eval_step_relpath
@@ -59,7 +59,7 @@ def load_problem_scores(campaign: Campaign) -> pd.DataFrame:
     rows: list[dict] = []
     cache: dict[Path, list[dict]] = {}
     for model, dataset, aggregator, seed, step in complete.itertuples(index=False):
-        key = CellKey(model, dataset, aggregator, int(seed))
+        key = Cell(model, dataset, aggregator, int(seed))
         scores_file = eval_step_relpath(int(step), SCORES_FILE)
         path = campaign.root / key.relpath / scores_file
         if not path.is_file() and int(step) == 0:

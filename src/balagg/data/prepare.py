@@ -58,6 +58,23 @@ class PrepareReport:
         return asdict(self) | {"skipped": self.skipped}
 
 
+def bad_rows_summary(report_paths) -> list[str]:
+    """One line per prepared file whose report (:class:`PrepareReport`'s JSON) counts skipped bad rows; a
+    path that is missing or not such a report says nothing (the workflow's end-of-run summary)."""
+    import json
+
+    lines = []
+    for path in report_paths:
+        try:
+            counts = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(counts, dict) and counts.get("skipped"):
+            lines.append(f"{counts['out']}: {counts['skipped']} bad row(s) of {counts['rows_read']} skipped "
+                         f"(data.on_bad_row: skip); see {path}")
+    return lines
+
+
 def open_rows(location: str | os.PathLike, source: Source, split: str | None = None,
               subset: str | None = None):
     """The source's rows as a ``datasets.Dataset``.

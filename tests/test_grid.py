@@ -118,9 +118,6 @@ def test_checkpoint_steps_follow_each_models_own_settings(tmp_path):
                    models={"tiny-s": {"train": {"total_steps": 4, "eval_every": 2}}})
     assert grid.checkpoint_steps("tiny-s") == [0, 2, 4]
     assert grid.checkpoint_steps("tiny-xs") == [0, 3, 6, 7]  # every eval_every, and the last
-    # eval.jobs: cell -- one generate/score rule per set of steps after 0
-    assert sorted(grid.cell_eval_groups()) == [((2, 4), ["tiny-s"]), ((3, 6, 7), ["tiny-xs"])]
-    assert len(grid_of(tmp_path, "default").cell_eval_groups()) == 1
 
 
 # ---- resources

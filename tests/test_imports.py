@@ -91,33 +91,3 @@ def test_results_reads_files_only(tmp_path):
     (campaign / "analysis/table1.md").write_text("| model | acc |\n|---|---|\n| tiny-s | 0.5 |\n")
     modules = loaded(tmp_path, "results", "--campaign-dir", str(campaign))
     assert not modules & set(HEAVY)
-
-
-def test_one_score_process_scores_several_checkpoints_each_as_alone(world, tmp_path):
-    """eval.jobs: cell -- repeated --generations/--out pairs give exactly the single-checkpoint outputs."""
-    import shutil
-
-    from balagg.cli import main
-
-    source = world / "eval/step-000004/generations.jsonl"
-    for step in ("000008", "000012"):
-        (tmp_path / f"step-{step}").mkdir()
-        shutil.copy(source, tmp_path / f"step-{step}/generations.jsonl")
-    args = ["score", "--benchmarks-dir", str(world / "bench"), "--workers", "1"]
-    for step in ("000008", "000012"):
-        args += ["--generations", str(tmp_path / f"step-{step}/generations.jsonl"), "--out", str(tmp_path / f"step-{step}")]
-    assert main(args) == 0
-    for step in (8, 12):
-        summary = json.loads((tmp_path / f"step-{step:06d}/summary.json").read_text())
-        assert summary["step"] == step and summary["mean"]["acc@2"] == 0.5
-    assert main([*args[:5], "--generations", str(source), "--out", str(tmp_path / "a"), "--out", str(tmp_path / "b")]) == 2
-
-
-def test_checkpoint_pairs_need_one_distinct_output_per_input():
-    from balagg.commands.generate import checkpoint_pairs
-
-    assert checkpoint_pairs(["a", "b"], ["x", "y"]) == [("a", "x"), ("b", "y")]
-    with pytest.raises(ValueError, match="one --out per input"):
-        checkpoint_pairs(["a", "b"], ["x"])
-    with pytest.raises(ValueError, match="repeat: x"):
-        checkpoint_pairs(["a", "b"], ["x", "x"])

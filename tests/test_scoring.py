@@ -268,24 +268,6 @@ def test_score_code_and_cli(tmp_path):
     assert summary["code_sandbox"]["isolation"] == "namespaces" and summary["step"] == 7
 
 
-def test_scoring_several_checkpoints_starts_the_verifier_workers_once(math_case, tmp_path, monkeypatch):
-    """One score job for a cell's checkpoints: one pool, its workers loaded once, the same scores."""
-    generations, bench, run_dir = math_case
-    second = tmp_path / "eval" / "step-000080"
-    second.mkdir(parents=True)
-    (second / "generations.jsonl").write_text(generations.read_text())
-    starts = []
-    original = VerifierPool._start
-    monkeypatch.setattr(VerifierPool, "_start", lambda self: starts.append(1) or original(self))
-    args = ["score", "--benchmarks-dir", str(bench), "--workers", "2"]
-    for folder in (run_dir, second):
-        args += ["--generations", str(folder / "generations.jsonl"), "--out", str(folder)]
-    assert main(args) == 0
-    assert len(starts) == 2  # the two workers, once, not once per checkpoint
-    assert (run_dir / "scores.jsonl").read_text() == (second / "scores.jsonl").read_text()
-    assert json.loads((second / "summary.json").read_text())["step"] == 80
-
-
 def test_cli_reports_bad_input_as_one_line(tmp_path, capsys):
     assert main(["score", "--generations", str(tmp_path / "none.jsonl"), "--benchmarks-dir", str(tmp_path),
                  "--out", str(tmp_path / "o")]) == 2

@@ -97,18 +97,19 @@ def test_default_grid_is_the_papers_shape_on_the_tiny_world(workdir):
     counts = job_counts(snakemake("-n", cwd=workdir).stdout)
     assert counts["train"] == 12
     assert counts["tinyworld_model"] == 2 and counts["tinyworld_data"] == 1
-    # eval.jobs: cell -- one generation and one scoring job per cell for its steps after 0; step 0 once per model
-    assert counts["generate_cell"] == counts["score_cell"] == 12
-    assert counts["generate"] == counts["score"] == 2
-    printed = snakemake("-n", "-p", "results/default/tiny-xs/arith-long/seq-agg/seed0/eval/curve.csv", cwd=workdir).stdout
-    (job,) = [job for job in printed.split("\n\n") if "rule generate_cell:" in job]
-    cell = "results/default/tiny-xs/arith-long/seq-agg/seed0"
+    # one generation and one scoring job per checkpoint: step 0 once per model, the later steps per cell
     train = yaml.safe_load((REPO / "configs/default.yaml").read_text())["train"]
     steps = range(train["eval_every"], train["total_steps"] + 1, train["eval_every"])
     assert len(steps) >= 2 and steps[-1] == train["total_steps"]
+    assert counts["generate"] == counts["score"] == 2 + 12 * len(steps)
+    printed = snakemake("-n", "-p", "results/default/tiny-xs/arith-long/seq-agg/seed0/eval/curve.csv", cwd=workdir).stdout
+    generate = [job for job in printed.split("\n\n") if "rule generate:" in job]
+    cell = "results/default/tiny-xs/arith-long/seq-agg/seed0"
     for step in steps:
-        assert f"--checkpoint {cell}/train/checkpoints/step-{step:06d} --out {cell}/eval/step-{step:06d}" in job
-    assert f"step-{train['total_steps'] + train['eval_every']:06d}" not in job and "step-000000" not in job
+        (job,) = [job for job in generate if f"--out {cell}/eval/step-{step:06d}" in job]
+        assert f"--checkpoint {cell}/train/checkpoints/step-{step:06d} " in job
+    (initial,) = [job for job in generate if "--out results/default/tiny-xs/initial/eval/step-000000" in job]
+    assert len(generate) == len(steps) + 1
 
 
 def test_second_configfile_overrides_keys(workdir):

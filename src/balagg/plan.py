@@ -107,7 +107,7 @@ class ModelFigures:
     trim: bool  # trim_padding: micro-batches at their own width
     sort: bool  # length_sorted_microbatches: a step's rows sorted by width before the cut
     logprob_pass: bool  # TRL's old-log-prob forward pass over each rollout batch
-    eval_job_hours: float  # one generation job (one checkpoint, or every checkpoint with eval.jobs: cell)
+    eval_job_hours: float  # one generation job (one checkpoint)
     generate_runtime_hours: float
     train_ranks: int
     train_mem_bytes: float  # train_resources.mem_mb
@@ -256,8 +256,7 @@ def model_figures(config: dict, model: str) -> ModelFigures:
     rank_rows = math.ceil(train["prompts_per_step"] * train["num_generations"] / train_gpus)
     step_rows = math.ceil(rank_rows / train["mini_batches"])
     checkpoints = grid.evaluated_checkpoints(model)
-    per_job = checkpoints if config.get("eval", {}).get("jobs") == "cell" else 1
-    eval_seconds = per_job * per_checkpoint_eval_tokens(config, model, rates) / rates.generate_tokens_per_s_per_gpu
+    eval_seconds = per_checkpoint_eval_tokens(config, model, rates) / rates.generate_tokens_per_s_per_gpu
     return ModelFigures(
         model=model, rates=rates, lengths=lengths, micro_batch_size=train["micro_batch_size"], rank_rows=rank_rows,
         step_rows=step_rows, trim=train.get("trim_padding", True),  # the trainer's defaults (balagg.train.trainer)

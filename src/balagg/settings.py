@@ -41,11 +41,6 @@ class EvalDefaults:
         False, "stop scoring at a benchmark problem whose gold answer the math verifier cannot parse; by default "
         "such a problem is scored incorrect in every sample (as lighteval scores it), counted per benchmark in "
         "summary.json and named in Table 1's notes")
-    jobs: str = setting(
-        "checkpoint", "how evaluation is split into jobs: one generation and one scoring job per checkpoint "
-        "(parallel on a cluster), or one of each per cell for all its checkpoints, one process each (where "
-        "process start-up dominates, as on a laptop); the same commands and outputs either way",
-        choices=("checkpoint", "cell"))
 
 
 @dataclass(frozen=True)

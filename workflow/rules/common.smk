@@ -39,10 +39,6 @@ CURVE = targets.CURVE  # relative to a cell folder
 CELL_RUN_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
 RUN_PATTERN = rf"{INITIAL}|{EXTERNAL}|{CELL_RUN_PATTERN}"
 CURVE_RUNS = rf"{EXTERNAL}|{CELL_RUN_PATTERN}"  # what has a curve: a cell, an external checkpoint
-EVAL_JOBS = config["eval"]["jobs"]
-# eval.jobs: cell -- the per-checkpoint rules evaluate only the initial model and external checkpoints;
-# cells have their own rules.
-PER_CHECKPOINT_RUNS = f"{INITIAL}|{EXTERNAL}" if EVAL_JOBS == "cell" else RUN_PATTERN
 BENCHMARKS = GRID.benchmarks
 FETCH = f"{RESULTS}/fetch.json"
 GPU_ENV = Path(workflow.basedir, "envs", "gpu.yaml")
@@ -135,16 +131,6 @@ def checkpoint_path(wildcards):
         return steps[step]
     return os.path.join(EVAL_RUN.format(**wildcards), layout.checkpoint_relpath(wildcards.step))
 
-
-def cell_step_pairs(option, make_input):
-    """eval.jobs: cell -- `--{option} INPUT --out STEP_DIR` for every step folder among a rule's outputs."""
-
-    def pairs(wildcards, output):
-        cell = CELL.format(**wildcards)
-        step_dirs = list(dict.fromkeys(os.path.dirname(path) for path in output))
-        return " ".join(f"--{option} {make_input(cell, d)} --out {d}" for d in step_dirs)
-
-    return pairs
 
 
 def model_benchmarks(wildcards):

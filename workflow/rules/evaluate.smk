@@ -2,9 +2,7 @@
 # scoring is a separate CPU job so it can rerun when the verifier changes; collect_curve gathers a cell.
 # Step 0 is the initial model, the same for every cell of a model: it is evaluated once, under
 # results/{campaign}/{model}/initial/, and shared by those cells' curves.
-# `eval.jobs: cell` (the embedded default) makes one generation and one scoring job per cell for all its
-# checkpoints instead (the same commands, given several checkpoint/output pairs): fewer processes where
-# start-up dominates; the paper grid keeps one job per checkpoint, which run in parallel on a cluster.
+# On a laptop the job server (docs/jobserver.md) keeps each job's start-up to a fork.
 # An external checkpoint (config `checkpoints:`, balagg.checkpoints) is evaluated by the same generate and
 # score rules, one job per step, under results/{campaign}/{name}/external/, and gets a curve like a cell.
 
@@ -14,7 +12,7 @@ rule generate:
         weights=generate_weights_inputs,
         benchmarks=model_benchmarks,
     wildcard_constraints:
-        run=PER_CHECKPOINT_RUNS,
+        run=RUN_PATTERN,
     output:
         f"{EVAL_STEP}/{layout.GENERATIONS_FILE}",
     params:
@@ -47,7 +45,7 @@ rule score:
         generations=f"{EVAL_STEP}/{layout.GENERATIONS_FILE}",
         benchmarks=model_benchmarks,
     wildcard_constraints:
-        run=PER_CHECKPOINT_RUNS,
+        run=RUN_PATTERN,
     output:
         scores=f"{EVAL_STEP}/{layout.SCORES_FILE}",
         summary=f"{EVAL_STEP}/{layout.SUMMARY_FILE}",
@@ -86,73 +84,6 @@ rule collect_curve:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg curve --out {output} {input} > {log} 2>&1"
-
-
-if EVAL_JOBS == "cell":
-    for _index, (_steps, _models) in enumerate(GRID.cell_eval_groups()):
-        _name = "" if _index == 0 else f"_{_index + 1}"
-        _step_dirs = [os.path.join(CELL, layout.eval_step_relpath(step)) for step in _steps]
-
-        rule:
-            """n samples per problem of every benchmark from every checkpoint of one cell, in one process."""
-            name:
-                f"generate_cell{_name}"
-            input:
-                manifest=f"{CELL}/manifest.json",
-                benchmarks=model_benchmarks,
-            output:
-                [f"{d}/generations.jsonl" for d in _step_dirs],
-            wildcard_constraints:
-                model="|".join(re.escape(m) for m in _models),
-            params:
-                pairs=cell_step_pairs("checkpoint", lambda cell, step_dir: os.path.join(
-                    cell, layout.checkpoint_relpath(step_dir.rsplit(layout.STEP_DIR_PREFIX, 1)[1]))),
-                bench_dir=bench_dir,
-                benchmarks=",".join(BENCHMARKS),
-                sampling=arguments.generation_args(config["eval"]),
-                prompt=lambda wildcards: arguments.prompt_args(GRID.model_spec(wildcards.model)),
-            log:
-                f"{CELL}/logs/generate.log",
-            benchmark:
-                f"{CELL}/benchmarks/generate_cell.tsv"
-            threads: 1
-            resources:
-                gpu=model_resource("generate_resources", "gpus"),
-                cpus_per_task=model_resource("generate_resources", "cpus"),
-                mem_mb=model_resource("generate_resources", "mem_mb"),
-                runtime=model_resource("generate_resources", "runtime"),
-            conda:
-                "../../envs/gpu.yaml"
-            shell:
-                "python -m balagg generate {params.pairs} --benchmarks-dir {params.bench_dir}"
-                " --benchmarks {params.benchmarks} {params.sampling} {params.prompt} > {log} 2>&1"
-
-        rule:
-            """Scores and summaries of every checkpoint of one cell, in one process."""
-            name:
-                f"score_cell{_name}"
-            input:
-                generations=[f"{d}/generations.jsonl" for d in _step_dirs],
-                benchmarks=model_benchmarks,
-            output:
-                [f"{d}/{name}" for d in _step_dirs for name in ("scores.jsonl", "summary.json")],
-            wildcard_constraints:
-                model="|".join(re.escape(m) for m in _models),
-            params:
-                pairs=cell_step_pairs("generations", lambda cell, step_dir: f"{step_dir}/generations.jsonl"),
-                bench_dir=bench_dir,
-                code_timeout=config["eval"]["code_timeout_s"],
-                strict_golds="--strict-golds" if config["eval"]["strict_golds"] else "",
-            log:
-                f"{CELL}/logs/score.log",
-            benchmark:
-                f"{CELL}/benchmarks/score_cell.tsv"
-            threads: 1
-            conda:
-                "../../envs/cpu.yaml"
-            shell:
-                "python -m balagg score {params.pairs} --benchmarks-dir {params.bench_dir}"
-                " --code-timeout {params.code_timeout} {params.strict_golds} --workers {threads} > {log} 2>&1"
 
 
 rule external_checkpoint:

@@ -4,10 +4,6 @@ Reads ``{benchmarks-dir}/{name}.jsonl`` (written by ``prepare-data``) and writes
 ``{out}/generations.jsonl`` (one line per problem and sample, docs/files.md) and ``{out}/generation.json``
 (settings, backend, versions). The model is loaded once for all benchmarks. A rerun with the same
 settings resumes after the last completed benchmark.
-
-``--checkpoint``/``--out`` may be repeated (pairs, in order): one process then evaluates several
-checkpoints, one after the other, paying the start-up (imports) once -- what the workflow's
-``eval.jobs: cell`` does. Each pair is exactly the single-checkpoint run.
 """
 
 from __future__ import annotations
@@ -23,11 +19,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "generate", help="sample n answers per benchmark problem from a checkpoint",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, action="append",
-                        help="HF model folder (model + tokenizer); repeat with --out for several checkpoints")
+    parser.add_argument("--checkpoint", required=True, help="HF model folder (model + tokenizer)")
     parser.add_argument("--benchmarks-dir", required=True, help="folder with {benchmark}.jsonl files")
     parser.add_argument("--benchmarks", required=True, help="comma-separated names, e.g. math500,aime24")
-    parser.add_argument("--out", required=True, action="append", help="output folder (one per --checkpoint)")
+    parser.add_argument("--out", required=True, help="output folder")
     add_config_arguments(parser.add_argument_group("generation settings (GenerationConfig)"), GenerationConfig)
     parser.set_defaults(func=run)
 
@@ -53,17 +48,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(GenerationConfig, args, math_template=_template(args.math_template),
                               code_template=_template(args.code_template))
     benchmarks = [name.strip() for name in args.benchmarks.split(",") if name.strip()]
-    for checkpoint, out in checkpoint_pairs(args.checkpoint, args.out):
-        summary = generate(checkpoint, args.benchmarks_dir, benchmarks, out, config)
-        print(json.dumps({"out": summary.out, "backend": summary.backend, "samples": summary.benchmarks,
-                          "seconds": round(summary.seconds, 1)}))
+    summary = generate(args.checkpoint, args.benchmarks_dir, benchmarks, args.out, config)
+    print(json.dumps({"out": summary.out, "backend": summary.backend, "samples": summary.benchmarks,
+                      "seconds": round(summary.seconds, 1)}))
     return 0
 
-
-def checkpoint_pairs(inputs: list[str], outs: list[str]) -> list[tuple[str, str]]:
-    """(input, output folder) pairs of repeated options; counts must match and outputs must differ."""
-    if len(inputs) != len(outs):
-        raise ValueError(f"{len(inputs)} inputs but {len(outs)} --out folders: give one --out per input")
-    if len(set(outs)) != len(outs):
-        raise ValueError(f"--out folders repeat: {', '.join(sorted({o for o in outs if outs.count(o) > 1}))}")
-    return list(zip(inputs, outs))

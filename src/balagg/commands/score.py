@@ -4,9 +4,6 @@ Writes ``{out}/scores.jsonl`` (per problem: correct and truncated flags per samp
 ``{out}/summary.json`` (per benchmark Acc@n, Best@n, counts, truncation rate; the mean over benchmarks;
 the verifier's name and version) -- docs/files.md. Runs on a CPU, separately from generation, so it can
 be rerun when the verifier changes.
-
-``--generations``/``--out`` may be repeated (pairs, in order) to score several checkpoints in one
-process (the workflow's ``eval.jobs: cell``); each pair is exactly the single-file run.
 """
 
 from __future__ import annotations
@@ -29,11 +26,9 @@ def _ks(text: str) -> tuple[int, ...]:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("score", help="score generations: scores.jsonl and summary.json",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--generations", required=True, action="append",
-                        help="generations.jsonl written by `balagg generate`; repeat with --out for several")
+    parser.add_argument("--generations", required=True, help="generations.jsonl written by `balagg generate`")
     parser.add_argument("--benchmarks-dir", required=True, help="directory of {benchmark}.jsonl files")
-    parser.add_argument("--out", required=True, action="append",
-                        help="output directory (e.g. .../eval/step-000040), one per --generations")
+    parser.add_argument("--out", required=True, help="output directory (e.g. .../eval/step-000040)")
     parser.add_argument("--checkpoint", default=None, help="recorded in summary.json (default: generation.json's)")
     parser.add_argument("--step", type=int, default=None, help="recorded in summary.json (default: from step-N in --out)")
     parser.add_argument("--workers", type=int, default=settings.VERIFIER.workers,
@@ -54,21 +49,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from balagg.commands.generate import checkpoint_pairs
     from balagg.evaluation.scoring.score import ScoreConfig, score
     from balagg.evaluation.verify.pool import VerifierPool
 
     config = ScoreConfig(workers=args.workers, math_timeout_s=args.math_timeout, code_timeout_s=args.code_timeout,
                          pass_ks=args.pass_k, allow_missing=args.allow_missing,
                          answer_format=args.answer_format, strict_golds=args.strict_golds)
-    pairs = checkpoint_pairs(args.generations, args.out)
-    if len(pairs) > 1 and (args.step is not None or args.checkpoint is not None):
-        raise ValueError("--step and --checkpoint name one checkpoint: give them with a single --generations")
-    with VerifierPool(workers=config.workers, timeout_s=config.math_timeout_s) as pool:  # started once, if needed
-        for generations, out in pairs:
-            summary = score(generations, args.benchmarks_dir, out, config, checkpoint=args.checkpoint,
-                            step=args.step, pool=pool)
-            _print_summary(summary)
+    with VerifierPool(workers=config.workers, timeout_s=config.math_timeout_s) as pool:  # started only if needed
+        summary = score(args.generations, args.benchmarks_dir, args.out, config, checkpoint=args.checkpoint,
+                        step=args.step, pool=pool)
+    _print_summary(summary)
     return 0
 
 

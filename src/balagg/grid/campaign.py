@@ -145,13 +145,6 @@ class Grid:
 
     # ---- evaluation
 
-    def cell_eval_groups(self) -> list[tuple[tuple[int, ...], list[str]]]:
-        """eval.jobs: cell -- models grouped by their checkpoint steps after 0 (one rule per group, since a
-        rule's outputs cannot depend on its wildcards); step 0 is the initial model's, evaluated per model."""
-        groups: dict[tuple[int, ...], list[str]] = {}
-        for model in self.models:
-            groups.setdefault(tuple(s for s in self.checkpoint_steps(model) if s > 0), []).append(model)
-        return list(groups.items())
 
     def evaluated_checkpoints(self, model: str) -> int:
         """Trained checkpoints a cell of ``model`` evaluates (step 0 is the initial model's, evaluated once)."""

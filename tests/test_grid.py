@@ -14,6 +14,7 @@ from balagg.grid.arguments import generation_args, prompt_args
 from balagg.grid.environment import fetch_args, hub_models, job_environment
 from balagg.grid.targets import analysis_targets, campaign_targets, external_paths
 from balagg.layout import CELL_CONFIG_FILE, CELL_PATTERN
+from balagg.train.config import CellConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,8 +66,9 @@ def test_every_cell_config_is_its_own_cell_resolved(tmp_path, monkeypatch):
     paper = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
     for cell in grid.cells:
         resolved = grid.cell_config(cell)
-        assert (resolved["model_name"], resolved["dataset_name"], resolved["aggregator"], resolved["seed"]) == \
-            (cell.model, cell.dataset, cell.aggregator, cell.seed)
+        # the trainer names the same cell (its MLflow run, logs and manifest by the cell's folder)
+        trained = CellConfig.from_dict(resolved)
+        assert trained.cell == cell and trained.output_name == cell.relpath
         spec = paper["models"][cell.model]
         assert resolved["model"] == spec["path"]
         assert resolved["train_files"] == [f"results/paper/data/train/{cell.dataset}.jsonl"]
@@ -134,14 +136,6 @@ def test_resources_are_the_models_own_else_the_defaults(tmp_path):
     assert {key: grid.resource("tiny-s", "train_resources", key) for key in RESOURCE_DEFAULTS} == RESOURCE_DEFAULTS
     with pytest.raises(KeyError):
         grid.resource("tiny-s", "train_resources", "gpu")
-
-
-def test_the_schema_states_the_same_resource_defaults():
-    """A resources section given in part is completed by the schema's defaults, an absent one by
-    RESOURCE_DEFAULTS: both must give a job the same."""
-    schema = yaml.safe_load(Path(SCHEMA).read_text())
-    properties = schema["$defs"]["resources"]["properties"]
-    assert {key: spec["default"] for key, spec in properties.items()} == RESOURCE_DEFAULTS
 
 
 # ---- data jobs

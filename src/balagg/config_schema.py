@@ -122,12 +122,14 @@ SECTIONS: dict[str, Section] = {
     "tinyworld": Section("balagg.settings:TinyWorldDefaults"),
     "analysis": Section("balagg.settings:AnalysisDefaults"),
     "data": Section("balagg.settings:DataDefaults"),
+    "resources": Section("balagg.grid.resources:Resources"),
 }
 """The generated sections, by the name their marker line gives."""
 
-ENUMS: dict[str, str] = {"aggregators": "balagg.aggregators:RULES"}
+ENUMS: dict[str, str] = {"aggregators": "balagg.aggregators:RULES", "answer_formats": "balagg.prompts:ANSWER_FORMATS"}
 """The generated enums (``module:NAME`` of a tuple of names), by the name their marker line gives: the
-grid's aggregation rules are those of the registry."""
+grid's aggregation rules are those of the registry, a model's answer format one of those the prompts
+and the reward know."""
 
 _MARKER = re.compile(r"^(?P<indent> *)properties:  # generated from (?P<section>\w+)\b.*$")
 _ENUM_MARKER = re.compile(r"^(?P<indent> *)enum: .*  # generated from (?P<name>\w+)\b.*$")

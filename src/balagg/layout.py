@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 RESULTS_DIR = "results"
@@ -106,6 +108,37 @@ def campaign_dir(campaign: str) -> str:
 def cell_relpath(model: str, dataset: str, aggregator: str, seed: int | str) -> str:
     """A cell folder relative to its campaign folder."""
     return CELL_PATTERN.format(model=model, dataset=dataset, aggregator=aggregator, seed=seed)
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """A model trained on a dataset with one aggregation rule and one seed.
+
+    Its folder, relative to the campaign's, is :attr:`relpath` (:data:`CELL_PATTERN`); its fields are the
+    workflow's wildcards of that pattern. Ordered field by field (model, dataset, aggregator, seed)."""
+
+    model: str
+    dataset: str
+    aggregator: str
+    seed: int
+
+    @classmethod
+    def of(cls, wildcards: Mapping) -> Cell:
+        """The cell that a mapping of the pattern's wildcards (Snakemake's, or :attr:`wildcards`) names."""
+        return cls(wildcards["model"], wildcards["dataset"], wildcards["aggregator"], int(wildcards["seed"]))
+
+    @property
+    def wildcards(self) -> dict:
+        """The values of :data:`CELL_PATTERN`'s wildcards."""
+        return asdict(self)
+
+    @property
+    def relpath(self) -> str:
+        """The cell's folder relative to its campaign folder."""
+        return cell_relpath(self.model, self.dataset, self.aggregator, self.seed)
+
+    def __str__(self) -> str:
+        return self.relpath
 
 
 def step_tag(step: int | str) -> str:

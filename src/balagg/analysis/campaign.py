@@ -27,10 +27,10 @@ import pandas as pd
 
 from balagg.benchmarks import MEAN, PAPER_SAMPLES, UNPARSABLE_GOLDS, benchmark_order, eval_metrics, samples_of_columns
 from balagg.evaluation.scoring.metrics import summary_rows
-from balagg.grid.cell import Cell
 from balagg.io import read_jsonl_lines
 from balagg.layout import (
     CAMPAIGN_DIRS,
+    Cell,
     CHECKPOINTS_DIR,
     CURVE_FILE,
     EVAL_DIR,

@@ -4,7 +4,7 @@ config alone. ``workflow/rules/*.smk`` turn it into rules; ``balagg.plan`` costs
 cells by :class:`Cell`."""
 
 from balagg.grid.campaign import DataFile, Grid
-from balagg.grid.cell import Cell
+from balagg.layout import Cell
 from balagg.grid.resources import RESOURCE_DEFAULTS
 
 __all__ = ["Cell", "DataFile", "Grid", "RESOURCE_DEFAULTS"]

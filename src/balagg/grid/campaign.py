@@ -15,8 +15,8 @@ from itertools import product
 from pathlib import Path
 
 from balagg import layout
-from balagg.grid.cell import Cell
 from balagg.grid.resources import resource
+from balagg.layout import Cell
 from balagg.train.config import CellConfig
 
 TINYWORLD = layout.TINYWORLD_SOURCE

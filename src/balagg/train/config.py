@@ -29,6 +29,7 @@ from typing import Any
 from balagg import settings
 from balagg.aggregators import SCOPES, aggregator, check_scope
 from balagg.config_schema import setting
+from balagg.layout import Cell
 from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, PromptFormat, check_template
 
 OPERATIONAL_FIELDS = ("time_limit_minutes", "collective_timeout_minutes", "mlflow_tracking_uri", "mlflow_experiment")
@@ -49,7 +50,8 @@ class CellConfig:
     aggregator: str = setting(help="aggregation rule (balagg.aggregators; a verl alias names its rule)",
                               in_schema=False)
     seed: int = setting(help="the cell's seed", in_schema=False)
-    output_name: str = setting("", "free label for logs; default <model>/<dataset>/<aggregator>/seed<seed>",
+    output_name: str = setting("", "label for logs and the MLflow run; default: the cell's folder "
+                               "(<model>/<dataset>/<aggregator>/seed<seed>)",
                                in_schema=False)
     tokenizer: str | None = setting(None, "default: the model directory", in_schema=False)
     model_name: str | None = setting(None, "label for tags; default: the model path's last component",
@@ -158,7 +160,7 @@ class CellConfig:
         if self.dataset_name is None:
             self.dataset_name = Path(self.train_files[0]).stem
         if not self.output_name:
-            self.output_name = f"{self.model_name}/{self.dataset_name}/{self.aggregator}/seed{self.seed}"
+            self.output_name = self.cell.relpath
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"cell config: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
         check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
@@ -221,6 +223,11 @@ class CellConfig:
             value = getattr(self, f.name)
             if not _matches(value, hints[f.name]):
                 raise ValueError(f"cell config: {f.name}={value!r} has the wrong type; expected {hints[f.name]}")
+
+    @property
+    def cell(self) -> Cell:
+        """The grid cell this config trains (its folder: :attr:`Cell.relpath`)."""
+        return Cell(self.model_name, self.dataset_name, self.aggregator, self.seed)
 
     # ---- derived batch shape -------------------------------------------------------------------------
 

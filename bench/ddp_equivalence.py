@@ -2,7 +2,8 @@
 token-agg reproduces TRL's dapo and seq-agg reproduces grpo (per-step losses, final parameters).
 
 12 responses per generation batch (G=4, 3 per rank per micro-batch, GA 2): group 1 has 2 responses on
-each rank. num_iterations 2, SGD (no Adam amplification of rounding), no gradient clipping.
+each rank. num_iterations 2, SGD (no Adam amplification of rounding), no gradient clipping. One torchrun
+launch trains every run in turn (each trainer seeds itself afresh), so its two processes import TRL once.
 
     PYTHONPATH=src python bench/ddp_equivalence.py [--quick]
 

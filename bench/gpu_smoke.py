@@ -120,7 +120,8 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def cell(workdir: Path, aggregator: str, *, dry: bool, use_vllm: bool = False) -> dict:
-    """The smoke cell: 4 steps with checkpoints every 2 on a GPU; 2 steps, checkpoints every step, when dry."""
+    """The smoke cell: 4 steps with checkpoints every 2 on a GPU; 2 steps, checkpoints every step, one CPU
+    thread (the tiny shapes give a second one nothing but spinning), when dry."""
     completion, steps, group = (16, 2, 2) if dry else (128, 4, 4)
     return {
         "model": str(workdir / "model"), "train_files": [str(workdir / "data" / "train.jsonl")],
@@ -133,7 +134,7 @@ def cell(workdir: Path, aggregator: str, *, dry: bool, use_vllm: bool = False) -
         "gradient_checkpointing": True,
         "use_vllm": use_vllm, "vllm_gpu_memory_utilization": 0.3,
         "accelerate_config": str(REPO / "configs" / "accelerate" / "fsdp2.yaml"), "num_processes": 1,
-        "verifier_workers": 1, "torch_threads": 2, "mlflow_tracking_uri": None,
+        "verifier_workers": 1, "torch_threads": 1 if dry else 2, "mlflow_tracking_uri": None,
     }
 
 

@@ -63,15 +63,15 @@ def balagg(root: Path, *args: str) -> None:
 
 
 def fixture(root: Path, with_model: bool = True) -> None:
-    """Tiny-world data, one prepared benchmark and training set, a campaign's Table 1 and, ``with_model``,
-    an untrained tiny model, its generations and their scores."""
+    """Tiny-world data, one prepared training set, a campaign's Table 1 and, ``with_model``, one prepared
+    benchmark, an untrained tiny model, its generations and their scores."""
     balagg(root, "tinyworld", "data", "--out", "raw", "--train-problems", "16", "--bench-problems", "2")
-    balagg(root, "prepare-data", "--benchmark", "math500", "--source", "raw/math500", "--out", "bench/math500.jsonl")
     balagg(root, "prepare-data", "--dataset", "dapo-math-17k", "--source", "raw/dapo-math-17k", "--out", "train.jsonl")
     (root / "campaign/analysis").mkdir(parents=True)
     (root / "campaign/analysis/table1.md").write_text("| model | acc |\n|---|---|\n")
     if not with_model:
         return
+    balagg(root, "prepare-data", "--benchmark", "math500", "--source", "raw/math500", "--out", "bench/math500.jsonl")
     subprocess.run([sys.executable, "-c", "from balagg.tinyworld.model import build_model, build_tokenizer, save_checkpoint;"
                     "t = build_tokenizer(); save_checkpoint(build_model('tiny-s', t, seed=0), t, 'model')"],
                    cwd=root, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})

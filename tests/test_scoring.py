@@ -43,6 +43,19 @@ def test_a_worker_killed_from_outside_costs_no_verdict_but_a_sample_that_kills_e
     assert list(result.errors) == [3] and "died twice" in result.errors[3]
 
 
+
+def test_a_worker_killed_while_idle_is_replaced_when_it_is_next_given_a_sample():
+    """Slurm's SIGTERM at a time limit reaches every process of the job, the verifier workers of a trainer
+    included, between two reward batches: the next batch gets every verdict from fresh workers."""
+    with VerifierPool(workers=2, timeout_s=30.0, verifier="scoring_stubs:slow_on_hang") as pool:
+        assert pool.verify([("a", "a"), ("b", "b")]).verdicts == [True, True]
+        for worker in pool._pool:
+            os.kill(worker.process.pid, signal.SIGTERM)
+            worker.process.join(timeout=10)
+        result = pool.verify([("a", "a"), ("b", "c"), ("d", "d")])
+        assert all(worker.process.is_alive() for worker in pool._pool)
+    assert result.verdicts == [True, False, True] and not result.errors
+
 def test_pool_runs_the_math_verifier():
     with VerifierPool(workers=2, timeout_s=10.0) as pool:
         result = pool.verify([("\\boxed{\\frac12}", "0.5"), ("\\boxed{3}", "4"), ("<think>\\boxed{4}", "4")])

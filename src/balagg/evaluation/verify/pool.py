@@ -16,7 +16,8 @@ The parent keeps every worker busy and kills a worker whose current sample runs 
 that sample as incorrect and timed out, and starts a replacement. A worker that dies (killed from
 outside, out of memory) is replaced and its sample retried once, so a stray kill changes no verdict; a
 second death on the same sample scores it 0 as an error. A verifier exception on one sample scores that
-sample 0 and is counted as an error; the other samples are unaffected.
+sample 0 and is counted as an error; the other samples are unaffected. A worker that died while idle is
+replaced when it is next given a sample.
 """
 
 from __future__ import annotations
@@ -159,13 +160,7 @@ class VerifierPool:
         busy: dict[Connection, _Worker] = {}
         retried: set[int] = set()
         while pending or busy:
-            for worker in self._pool:
-                if worker.index is None and pending:
-                    worker.index = pending.popleft()
-                    worker.started = time.monotonic()
-                    text, gold = pairs[worker.index]
-                    worker.conn.send((worker.index, text, gold))
-                    busy[worker.conn] = worker
+            self._dispatch(pairs, pending, busy)
             now = time.monotonic()
             deadline = min(w.started + self.timeout_s for w in busy.values())
             for conn in wait(list(busy), timeout=max(0.0, deadline - now)):
@@ -191,6 +186,22 @@ class VerifierPool:
                     result.timed_out.append(worker.index)
                     self._replace(worker)
         return result
+
+    def _dispatch(self, pairs: Sequence[tuple[str, object]], pending: deque, busy: dict[Connection, _Worker]) -> None:
+        """Give each idle worker the next pending sample. A worker that died while idle (killed from outside:
+        Slurm's SIGTERM reaches every process of a job) is found by the failed send and replaced first."""
+        for position in range(len(self._pool)):
+            worker = self._pool[position]
+            while worker.index is None and pending:
+                text, gold = pairs[pending[0]]
+                try:
+                    worker.conn.send((pending[0], text, gold))
+                except OSError:
+                    self._replace(worker)
+                    worker = self._pool[position]
+                    continue
+                worker.index, worker.started = pending.popleft(), time.monotonic()
+                busy[worker.conn] = worker
 
     def _replace(self, worker: _Worker) -> None:
         self._kill(worker)

@@ -204,34 +204,40 @@ def group_weights(rule: str) -> Callable[[Callable[[Groups], torch.Tensor]], Cal
 
 @group_weights("seq-agg")
 def _seq_agg(groups: Groups) -> torch.Tensor:
+    """w_i = 1 / (G |o_i|): each response's token mean, averaged over the group."""
     return _safe_div(torch.ones_like(groups.lengths), groups.group_size[groups.index] * groups.lengths)
 
 
 @group_weights("token-agg")
 def _token_agg(groups: Groups) -> torch.Tensor:
+    """w_i = 1 / sum_j |o_j|: one token mean over the group's pooled tokens."""
     tokens = _group_sum(groups.lengths, groups.index, groups.n_groups)
     return _safe_div(torch.ones_like(groups.lengths), tokens[groups.index])
 
 
 @group_weights("balanced-agg")
 def _balanced_agg(groups: Groups) -> torch.Tensor:
+    """w_i = (k/G) / T+ for A_i > 0, ((G-k)/G) / T- for A_i < 0 (T+-: the side's tokens; 0 for A_i = 0)."""
     return _side_balanced(groups.lengths, groups.advantages, groups.index, groups.n_groups, groups.group_size,
                           torch.ones_like(groups.lengths))
 
 
 @group_weights("balanced-agg-mass")
 def _balanced_agg_mass(groups: Groups) -> torch.Tensor:
+    """w_i = (sum_{j in s} |A_j| / G) / sum_{j in s} |A_j| |o_j|, s the side of response i (_side_balanced)."""
     return _side_balanced(groups.lengths, groups.advantages, groups.index, groups.n_groups, groups.group_size,
                           groups.advantages.abs())
 
 
 @group_weights("seq-mean-token-sum")
 def _seq_mean_token_sum(groups: Groups) -> torch.Tensor:
+    """w_i = 1 / G: each response's token sum, averaged over the group."""
     return 1.0 / groups.group_size[groups.index]
 
 
 @group_weights("dr-grpo")
 def _dr_grpo(groups: Groups) -> torch.Tensor:
+    """w_i = 1 / (G L_max): token sums over a constant length (Dr. GRPO)."""
     return 1.0 / (groups.group_size[groups.index] * float(groups.max_length))
 
 

@@ -44,7 +44,7 @@ def split_by_rule(campaign_dir: Path) -> dict[str, dict[str, float]]:
     return dict(totals)
 
 
-SERVED = re.compile(r"job \d+ ended \((-?\d+)\) after ([\d.]+) s, ([\d.]+) CPU s: (\S+)(.*)$")
+SERVED = re.compile(r"job \d+ ended \((-?\d+)\) after ([\d.]+) s, ([\d.]+) CPU s: (\S+)")
 
 
 def served_by_command(log: Path) -> dict[str, dict[str, float]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 import yaml
 
 from balagg import config_schema
@@ -15,6 +16,16 @@ def test_the_checked_in_schema_is_what_the_config_dataclasses_generate():
     """Edit the dataclass (or balagg.aggregators), then run python -m balagg.config_schema."""
     text = config_schema.SCHEMA_FILE.read_text()
     assert config_schema.generate(text) == text
+
+
+@pytest.mark.parametrize("marker", ["properties:  # generated from data", "enum: [boxed"])
+def test_a_generated_part_whose_marker_is_gone_is_refused(marker):
+    """Without its marker line a generated block would pass for hand-written and never be regenerated."""
+    text = config_schema.SCHEMA_FILE.read_text()
+    line = next(line for line in text.splitlines() if line.strip().startswith(marker))
+    stripped = text.replace(line, line.split("  # generated from")[0])
+    with pytest.raises(ValueError, match="no '# generated from' marker"):
+        config_schema.generate(stripped)
 
 
 @dataclass

@@ -93,7 +93,7 @@ def test_kill_9_of_the_launcher_ends_its_trainer_and_a_second_launcher_is_refuse
 
 WORKER = """
 import os, pathlib, sys, time
-from balagg.train.launch import die_with_launcher
+from balagg.train.files import die_with_launcher
 die_with_launcher()  # what `python -m balagg train-worker` does first
 pathlib.Path(sys.argv[1], "worker-" + os.environ["RANK"]).write_text(str(os.getpid()))
 time.sleep(120)

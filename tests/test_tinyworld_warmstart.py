@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 
@@ -124,19 +125,25 @@ def test_project_verifier_agrees_with_integer_boxes_on_boxed_solutions():
 
 @pytest.mark.slow
 def test_reduced_warm_start_reaches_the_step0_regime(tmp_path):
-    """tiny-s warm-started as the embedded default does (configs/default.yaml: 600 steps, each batch
-    padded in 2 length-sorted parts; the contract's default is 800 steps) and a 32-problem card already
+    """tiny-s warm-started as the embedded default does (configs/default.yaml's tinyworld sft_steps and
+    sft_length_buckets: 600 steps, each batch padded in 2 length-sorted parts) and a 32-problem card already
     sits in the regime the aggregation rules need: accuracy in [0.2, 0.8] and length CV >= 0.3 on both
     training sets, wrong answers clearly longer than right ones where they ramble (dapo-math-17k).
     Fewer steps do not reach it for every seed: at 400 steps seeds 0 and 2 miss the accuracy bound, at 500
     seed 0 meets it by 0.007."""
+    import yaml
+
     from balagg.benchmarks import TRAINING_SETS as TRAIN_SETS
     from balagg.tinyworld.raw import write_raw
+
+    default = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/default.yaml").read_text())["tinyworld"]
     from balagg.tinyworld.warmstart import build_warm_model
 
     write_raw(tmp_path / "raw", seed=0, train_problems=32, bench_problems=1, names=TRAIN_SETS)
     card = build_warm_model("tiny-s", tmp_path / "raw", tmp_path / "model", seed=0,
-                            config=WarmStartConfig(steps=600, seed=0, length_buckets=2), card_problems=32,
+                            config=WarmStartConfig(steps=default["sft_steps"], seed=0,
+                                                   length_buckets=default["sft_length_buckets"]),
+                            card_problems=32,
                             samples_per_problem=8)
     assert set(card["datasets"]) == set(TRAIN_SETS)
     for name, stats in card["datasets"].items():

@@ -152,11 +152,6 @@ def test_kill_9_then_resume_matches_uninterrupted_run(reference_run, cell_file, 
     assert json.loads(manifest.read_text())["final_metrics"]["step"] == TOTAL_STEPS
 
 
-def launch_command_of(cell: Path, workdir: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "balagg", "train", "--cell", str(cell), "--workdir", str(workdir),
-            "--out", str(out)]
-
-
 @pytest.mark.slow
 def test_time_limit_and_sigusr1_stop_at_resumable_checkpoints_and_resume_exactly_once(reference_run, cell_file,
                                                                                      tmp_path):
@@ -170,7 +165,7 @@ def test_time_limit_and_sigusr1_stop_at_resumable_checkpoints_and_resume_exactly
     cell = tmp_path / "cell.json"
     cell.write_text(json.dumps(data))
     workdir, manifest = tmp_path / "train", tmp_path / "manifest.json"
-    command = launch_command_of(cell, workdir, manifest)
+    command = train_command(cell, workdir, manifest)
 
     late = {**os.environ, START_ENV: str(time.time() - 3600)}  # the job has used its hour already
     first = subprocess.run(command, capture_output=True, text=True, timeout=300, env=late)

@@ -90,7 +90,7 @@ def test_paper_grid_resolves_every_job_up_front(workdir):
     train_jobs = [job for job in result.stdout.split("\n\n") if "rule train:" in job]
     gpus = sorted(int(re.search(r"\bgpu=(\d+)", job).group(1)) for job in train_jobs)
     assert gpus == sorted(grid.resource(cell.model, "train_resources", "gpus") for cell in grid.cells)
-    assert all("python -m balagg train" in job for job in train_jobs)
+    assert all("python -m balagg train --cell " in job for job in train_jobs)
 
 
 def test_default_grid_is_the_papers_shape_on_the_tiny_world(workdir):
@@ -184,7 +184,7 @@ def test_an_interrupted_retrain_leaves_the_cell_incomplete_not_an_old_curve_stan
     mark_smoke_grid_done(workdir)
     cell = "results/smoke/tiny-s/arith-long/balanced-agg/seed0"
     forced = snakemake("-n", "-p", "--configfile", "configs/smoke.yaml", "-R", f"{cell}/manifest.json", cwd=workdir)
-    train = [line for line in forced.stdout.splitlines() if "balagg train" in line]
+    train = [line for line in forced.stdout.splitlines() if "balagg train --cell " in line]
     assert len(train) == 1 and f"--invalidate {cell}/eval --invalidate results/smoke/analysis" in train[0]
 
     shutil.rmtree(workdir / cell / "eval")  # what the killed train job had done before training

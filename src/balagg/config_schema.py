@@ -164,8 +164,11 @@ def render_enum(name: str, indent: str) -> str:
 
 
 def generate(text: str) -> str:
-    """``text`` (the schema file) with every generated section and enum rewritten from its source."""
+    """``text`` (the schema file) with every generated section and enum rewritten from its source; a
+    section or enum of :data:`SECTIONS` / :data:`ENUMS` whose marker line is missing is a ValueError (its
+    block would otherwise pass for hand-written)."""
     lines, out, i = text.splitlines(), [], 0
+    found: set[str] = set()
     while i < len(lines):
         match, enum = _MARKER.match(lines[i]), _ENUM_MARKER.match(lines[i])
         i += 1
@@ -173,6 +176,7 @@ def generate(text: str) -> str:
             if enum["name"] not in ENUMS:
                 raise ValueError(f"schema file: no generated enum {enum['name']!r}; known: {', '.join(ENUMS)}")
             out.append(render_enum(enum["name"], enum["indent"]))
+            found.add(enum["name"])
             continue
         if not match:
             out.append(lines[i - 1])
@@ -181,8 +185,12 @@ def generate(text: str) -> str:
         if section not in SECTIONS:
             raise ValueError(f"schema file: no generated section {section!r}; known: {', '.join(SECTIONS)}")
         out += [f"{indent}properties:  {marker(section)}", *render(section, indent)]
+        found.add(section)
         while i < len(lines) and (len(lines[i]) - len(lines[i].lstrip()) > len(indent)):
             i += 1  # the block's old lines
+    missing = sorted((set(SECTIONS) | set(ENUMS)) - found)
+    if missing:
+        raise ValueError(f"schema file: no '# generated from' marker for {', '.join(missing)}")
     return "\n".join(out) + "\n"
 
 

@@ -240,9 +240,9 @@ def per_checkpoint_eval_tokens(config: dict, model: str, rates: Rates) -> float:
     return n * sum(bench_problems(config, model).values()) * rates.completion_fraction * eval_max
 
 
-def model_figures(config: dict, model: str) -> ModelFigures:
-    """The per-model quantities of the module docstring."""
-    grid = Grid(config)
+def model_figures(config: dict, model: str, grid: Grid | None = None) -> ModelFigures:
+    """The per-model quantities of the module docstring (``grid``: the config's, if already built)."""
+    grid = grid or Grid(config)
     rates = model_rates(config, model)
     train = grid.full_train_settings(model)
     if rates.prompt_tokens is None:
@@ -272,11 +272,11 @@ def plan_lines(config: dict) -> tuple[list[Line], Line]:
     grid = Grid(config)
     lines = []
     for model in grid.models:
-        figures = model_figures(config, model)
+        figures = model_figures(config, model, grid)
         rates, train = figures.rates, grid.full_train_settings(model)
         train_gpus = grid.resource(model, "train_resources", "gpus")
         generate_gpus = grid.resource(model, "generate_resources", "gpus")
-        runtime = config["models"][model].get("train_resources", {}).get("runtime")
+        runtime = grid.resource(model, "train_resources", "runtime")  # the train job's limit, its default included
         per_checkpoint = per_checkpoint_eval_tokens(config, model, rates)
         rollouts = math.ceil(train["total_steps"] / (train["mini_batches"] * train["num_iterations"]))
         responses = rollouts * train["prompts_per_step"] * train["num_generations"]

@@ -172,8 +172,8 @@ def bench_dir(wildcards, input):
 if not config["aggregators"] and not config["checkpoints"]:
     raise WorkflowError("config: nothing to run: give aggregators (a grid to train, with models and datasets) "
                         "or checkpoints (to evaluate without training)")
-if GRID.benchmark_folder_error():
-    raise WorkflowError(GRID.benchmark_folder_error())
+if error := GRID.benchmark_folder_error():
+    raise WorkflowError(error)
 try:
     EXTERNALS = checks.resolve_externals(
         GRID, Path(environment.hf_home(config), "hub"),

@@ -11,8 +11,6 @@ rule generate:
     input:
         weights=generate_weights_inputs,
         benchmarks=model_benchmarks,
-    wildcard_constraints:
-        run=RUN_PATTERN,
     output:
         f"{EVAL_STEP}/{layout.GENERATIONS_FILE}",
     params:
@@ -44,8 +42,6 @@ rule score:
     input:
         generations=f"{EVAL_STEP}/{layout.GENERATIONS_FILE}",
         benchmarks=model_benchmarks,
-    wildcard_constraints:
-        run=RUN_PATTERN,
     output:
         scores=f"{EVAL_STEP}/{layout.SCORES_FILE}",
         summary=f"{EVAL_STEP}/{layout.SUMMARY_FILE}",

@@ -35,7 +35,7 @@ rule mlflow_log_eval:
         # a cell's store and experiment exist once it trained; an external checkpoint's run waits for them
         tracking=lambda wildcards: [f"{RESULTS}/mlflow/experiment.json"] if wildcards.run == EXTERNAL else [],
     output:
-        f"{EVAL_RUN}/{layout.EVAL_DIR}/{layout.EVAL_TRACKING_FILE}",
+        f"{EVAL_RUN}/{targets.EVAL_TRACKING}",
     wildcard_constraints:
         run=CURVE_RUNS,
     params:

@@ -50,14 +50,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from balagg.evaluation.scoring.score import ScoreConfig, score
-    from balagg.evaluation.verify.pool import VerifierPool
 
     config = ScoreConfig(workers=args.workers, math_timeout_s=args.math_timeout, code_timeout_s=args.code_timeout,
                          pass_ks=args.pass_k, allow_missing=args.allow_missing,
                          answer_format=args.answer_format, strict_golds=args.strict_golds)
-    with VerifierPool(workers=config.workers, timeout_s=config.math_timeout_s) as pool:  # started only if needed
-        summary = score(args.generations, args.benchmarks_dir, args.out, config, checkpoint=args.checkpoint,
-                        step=args.step, pool=pool)
+    summary = score(args.generations, args.benchmarks_dir, args.out, config, checkpoint=args.checkpoint, step=args.step)
     _print_summary(summary)
     return 0
 

@@ -54,7 +54,7 @@ def run_launcher(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    from balagg.train.launch import die_with_launcher
+    from balagg.train.files import die_with_launcher
 
     die_with_launcher()
     from balagg.train.config import CellConfig

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import shlex
 
-PROMPT_KEYS = ("math_template", "code_template", "answer_format", "enable_thinking", "max_position_embeddings")
+from balagg.grid.campaign import CELL_MODEL_KEYS
+
+PROMPT_KEYS = ("math_template", "code_template", *CELL_MODEL_KEYS)
 """Model keys that shape the evaluation's prompts and context exactly as the training's (the cell config)."""
 
 

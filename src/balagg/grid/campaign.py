@@ -19,7 +19,6 @@ from balagg.grid.resources import resource
 from balagg.layout import Cell
 from balagg.train.config import CellConfig
 
-TINYWORLD = layout.TINYWORLD_SOURCE
 CELL_MODEL_KEYS = ("answer_format", "enable_thinking", "max_position_embeddings")
 """Model keys that a cell config takes as they are (the evaluation's prompts take them too: arguments.py)."""
 
@@ -76,7 +75,7 @@ class Grid:
 
     def builds_model(self, model: str) -> bool:
         """Whether the workflow builds the model itself (a tiny-world model)."""
-        return self.models[model]["path"] == TINYWORLD
+        return self.models[model]["path"] == layout.TINYWORLD_SOURCE
 
     def model_source(self, model: str) -> str:
         """Hub id or folder of the initial policy; tiny-world models are built under the campaign folder."""
@@ -133,7 +132,7 @@ class Grid:
             "seed": int(cell.seed),
             "use_chat_template": spec.get("chat_template", False),
             **{key: spec[key] for key in CELL_MODEL_KEYS if key in spec},
-            "num_processes": max(1, spec.get("train_resources", {}).get("gpus", 0)),
+            "num_processes": max(1, self.resource(cell.model, "train_resources", "gpus")),
             # the trainer stops at a resumable checkpoint before the job's own Slurm time limit
             "time_limit_minutes": self.resource(cell.model, "train_resources", "runtime"),
             "mlflow_tracking_uri": self.tracking_uri(),
@@ -144,7 +143,6 @@ class Grid:
         return CellConfig.from_dict(values).to_dict()
 
     # ---- evaluation
-
 
     def evaluated_checkpoints(self, model: str) -> int:
         """Trained checkpoints a cell of ``model`` evaluates (step 0 is the initial model's, evaluated once)."""
@@ -162,12 +160,12 @@ class Grid:
 
     def data_file(self, model: str, kind: str, name: str) -> DataFile:
         """The prepared file a model's jobs read: a tiny-world source in the model's family, else the one file."""
-        family = self.model_family(model) if self.data_source(kind, name) == TINYWORLD else None
+        family = self.model_family(model) if self.data_source(kind, name) == layout.TINYWORLD_SOURCE else None
         return DataFile(kind, name, family)
 
-    def data_path(self, model: str, kind: str, name: str, make=layout.data_file) -> str:
-        """:meth:`data_file`'s path (``make=balagg.layout.data_report_file``: its report)."""
-        return os.path.join(self.results, self.data_file(model, kind, name).path(make))
+    def data_path(self, model: str, kind: str, name: str) -> str:
+        """:meth:`data_file`'s path."""
+        return os.path.join(self.results, self.data_file(model, kind, name).path(layout.data_file))
 
     def data_files(self, models=None) -> list[DataFile]:
         """The prepare_data jobs that ``models`` (default: every evaluated one) need, each once: their training
@@ -184,7 +182,7 @@ class Grid:
         """What a prepare_data job reads: the hub id or local mirror, or the tiny world's raw folder of the
         file's family and loader."""
         source = self.data_source(data.kind, data.name)
-        if source != TINYWORLD:
+        if source != layout.TINYWORLD_SOURCE:
             return source
         raw = layout.tinyworld_raw_dir(data.family)
         return os.path.join(self.results, raw, self.data_loader(data.kind, data.name))
@@ -211,5 +209,5 @@ class Grid:
                 return (f"config: models.{model}: its {self.model_family(model)} benchmarks must all come from "
                         "the tiny world (benchmarks: ... tinyworld), not from " + ", ".join(
                             f"{n}: {self.config['benchmarks'][n]}" for n in self.benchmarks
-                            if self.config["benchmarks"][n] != TINYWORLD))
+                            if self.config["benchmarks"][n] != layout.TINYWORLD_SOURCE))
         return None

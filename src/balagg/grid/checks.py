@@ -57,9 +57,9 @@ def check_context(grid: Grid, model: str):
     when its config.json is local or in the HF cache (ValueError if not); otherwise the train job checks at
     start (balagg.context) and this says so on stderr, once per grid and model. The effective context, or
     None."""
-    settings, spec = grid.train_settings(model), grid.models[model]
-    prompt = settings.get("max_prompt_length", CellConfig.max_prompt_length)
-    lengths = {"training": (prompt, settings.get("max_completion_length", CellConfig.max_completion_length)),
+    settings, spec = grid.full_train_settings(model), grid.models[model]
+    prompt = settings["max_prompt_length"]
+    lengths = {"training": (prompt, settings["max_completion_length"]),
                "evaluation": (prompt, grid.config["eval"]["max_tokens"])}
     source = grid.model_source(model)
     context = check_model_lengths(model, source, spec.get("max_position_embeddings"), lengths)

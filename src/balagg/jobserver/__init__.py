@@ -29,8 +29,8 @@ never imports balagg's own pipeline modules, which each job imports for itself.
 
 The package's modules: :mod:`~balagg.jobserver.protocol` (the socket messages both sides speak),
 :mod:`~balagg.jobserver.client` (what ``python -m balagg`` does when :data:`SOCKET_ENV` is set) and
-:mod:`~balagg.jobserver.server` (``python -m balagg jobserver``). Nothing here is imported by a command
-run without a server. docs/jobserver.md is its page.
+:mod:`~balagg.jobserver.server` (``python -m balagg jobserver``). A command run without a server reads
+:data:`SOCKET_ENV` here and imports neither the client nor the server. docs/jobserver.md is its page.
 """
 
 SOCKET_ENV = "BALAGG_JOB_SERVER"

@@ -112,7 +112,8 @@ class CellConfig:
         default_factory=list, help="evaluated steps (weights-only checkpoints); step 0 always evaluated",
         in_schema=False)
     eval_every: int = setting(
-        0, "weights-only checkpoint and evaluation cadence (plus step 0 and the last step); 0: none", minimum=1)
+        0, "weights-only checkpoint and evaluation cadence (plus step 0 and the last step); a library "
+        "caller's default 0: only step 0 and eval_steps", minimum=1)
     time_limit_minutes: int | None = setting(
         None, "wall-clock limit of one training job (Slurm --time); it stops at a resumable checkpoint before it "
         "and exits 75 (the retry resumes, balagg.train.deadline); null: no limit", minimum=1)

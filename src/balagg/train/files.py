@@ -44,6 +44,7 @@ from balagg.layout import (
     parse_step_dirname,
     step_dirname,
 )
+from balagg.processes import die_with_parent
 
 
 class CellDir:
@@ -121,6 +122,18 @@ class WorkdirBusy(ValueError):
 
 LOCKED_ENV = "BALAGG_TRAIN_LOCKED"
 """Set by the launcher to the work directory whose lock it holds for its children."""
+
+OWNED_ENV = "BALAGG_LAUNCHED"
+"""Set by the launcher (balagg.train.launch.run_launched) for its children: each trainer process then dies
+with its parent."""
+
+
+def die_with_launcher() -> None:
+    """In a trainer process under the launcher (``$BALAGG_LAUNCHED`` set, directly or through ``accelerate
+    launch``): :func:`balagg.processes.die_with_parent`, so that the launcher's death reaches every process
+    of the tree. Elsewhere (a trainer run by hand) nothing."""
+    if os.environ.get(OWNED_ENV):
+        die_with_parent()
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from pathlib import Path
 from balagg.errors import exit_status
 from balagg.processes import die_with_parent
 from balagg.train.config import CellConfig
-from balagg.train.files import LOCKED_ENV, CellDir, exclusive, remove_paths
+from balagg.train.files import LOCKED_ENV, OWNED_ENV, CellDir, exclusive, remove_paths
 
 BACKEND_PACKAGES: dict[str, str] = {"DEEPSPEED": "deepspeed", "MEGATRON_LM": "megatron", "XLA": "torch_xla"}
 """accelerate ``distributed_type`` -> the package ``accelerate launch`` imports for it (FSDP, DDP and
@@ -106,20 +106,9 @@ def launch(cell: CellConfig, workdir: str | Path, manifest: str | Path, worker: 
 # The launcher owns its children: they die with it, it forwards stop signals, it holds the lock.
 # --------------------------------------------------------------------------------------------------
 
-OWNED_ENV = "BALAGG_LAUNCHED"
-"""Set for the children of :func:`run_launched`; each trainer process then dies with its parent."""
-
-
-def die_with_launcher() -> None:
-    """In a trainer process started under :func:`run_launched` (``$BALAGG_LAUNCHED`` set, directly or
-    through ``accelerate launch``): :func:`die_with_parent`, so that the launcher's death reaches every
-    process of the tree. Elsewhere (a trainer run by hand) nothing."""
-    if os.environ.get(OWNED_ENV):
-        die_with_parent()
-
-
 def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] = ()) -> int:
-    """Run ``command`` (a trainer, or accelerate launching several) as this process's child, holding the
+    """Run ``command`` (accelerate launching a cell's ranks; a single trainer where a test calls it) as this
+    process's child, holding the
     work directory's lock for it:
 
     - the child gets PR_SET_PDEATHSIG=SIGKILL and marks its own trainer processes likewise

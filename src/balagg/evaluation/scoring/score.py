@@ -3,7 +3,7 @@
 Per sample: math answers go through :func:`balagg.evaluation.verify.math_verifier.verify_math` in a
 :class:`~balagg.evaluation.verify.pool.VerifierPool` (a sample past the per-sample timeout, or whose verification
 raises, scores 0 and is counted); code answers (the last fenced block after the reasoning, see
-:func:`~balagg.evaluation.verify.math_verifier.strip_reasoning`) run in the :class:`~balagg.evaluation.verify.sandbox.Sandbox`
+:func:`~balagg.prompts.strip_reasoning`) run in the :class:`~balagg.evaluation.verify.sandbox.Sandbox`
 and score 1 only if every test passes. Per problem: the 0/1 flags and truncation flags
 (``finish_reason == "length"``) of samples 0..n-1. Per benchmark (:mod:`balagg.evaluation.scoring.metrics`):
 ``acc@n`` = mean over problems of c/n, ``best@n`` = share of problems with c > 0, ``best@n_bootstrap`` =
@@ -196,8 +196,8 @@ def score(generations: str | os.PathLike, benchmarks_dir: str | os.PathLike, out
 
     ``checkpoint`` defaults to the one in ``generation.json`` next to the generations; ``step`` to the
     ``step-N`` directory in the output or generations path. ``pool``: a math verifier pool to use (made
-    with ``config``'s workers and timeout), so that scoring several checkpoints starts its workers
-    once (each loads the verifier); by default one is made for this call."""
+    with ``config``'s workers and timeout), so that a caller scoring several checkpoints in a loop starts
+    its workers once (each loads the verifier); by default one is made for this call."""
     config = config or ScoreConfig()
     generations, benchmarks_dir, out_dir = Path(generations), Path(benchmarks_dir), Path(out_dir)
     if not generations.is_file():

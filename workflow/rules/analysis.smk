@@ -27,6 +27,7 @@ rule table1:
         checkpoints=lambda wildcards: targets.external_paths(GRID, layout.EXTERNAL_RECORD_FILE),
         checkpoint_curves=lambda wildcards: targets.external_paths(GRID, CURVE),
         paper=[f"{workflow.basedir}/{ANALYSIS['paper_values']}"] if ANALYSIS.get("paper_values") else [],
+        data_reports=GRID.data_reports(),
     output:
         csv=report(targets.analysis_path(GRID, "table1", "csv"), caption=f"{ANALYSIS_REPORT}/table1.rst",
                    category="Table 1"),
@@ -44,8 +45,10 @@ rule table1:
         paper=lambda wildcards, input: f"--paper-values {input.paper}" if input.paper else "",
         cells=lambda wildcards, input: f"--cells {input.curves}" if input.curves else "",
         checkpoints=lambda wildcards, input: f"--checkpoints {input.checkpoints}" if input.checkpoints else "",
+        data_reports=lambda wildcards, input: f"--data-reports {input.data_reports}" if input.data_reports else "",
     shell:
-        f"python {{params.script}} {ANALYSIS_ARGS} {{params.cells}} {{params.checkpoints}} {{params.paper}} > {{log}} 2>&1"
+        f"python {{params.script}} {ANALYSIS_ARGS} {{params.cells}} {{params.checkpoints}} {{params.paper}}"
+        f" {{params.data_reports}} > {{log}} 2>&1"
 
 
 rule figure1:

@@ -30,11 +30,27 @@ def smoke(tmp_path_factory):
     Run as `make demo` runs the embedded default: Snakemake under `balagg jobserver`, so the jobs
     below are forked from the job server (test_every_python_job_was_served checks that they were)."""
     work = copy_workflow(tmp_path_factory.mktemp("smoke"))
-    snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", cwd=work, job_server_log=work / JOB_SERVER_LOG)
+    run = snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", cwd=work, job_server_log=work / JOB_SERVER_LOG)
+    (work / CONSOLE).write_text(run.stdout + run.stderr)
     return work
 
 
 JOB_SERVER_LOG = "jobserver.log"
+CONSOLE = "console.txt"
+
+
+def test_the_console_shows_progress_in_a_few_lines_and_the_log_file_keeps_every_job(smoke):
+    """The workflow profile's console (the balagg logger): the jobs to run, progress lines up to 100 %,
+    the complete log's path; no job blocks. The log file it names holds Snakemake's full record."""
+    lines = (smoke / CONSOLE).read_text().splitlines()
+    assert len(lines) < 40, "\n".join(lines)
+    assert not [line for line in lines if re.match(r"^(local)?rule \w+:$", line)], "\n".join(lines)
+    (total,) = [int(m.group(1)) for line in lines if (m := re.match(r"^(\d+) jobs to run: .*train \d+", line))]
+    progress = [int(m.group(1)) for line in lines if (m := re.match(rf"^\[ *(\d+)/{total} jobs, +\d+%\]", line))]
+    assert len(progress) >= 5 and progress == sorted(progress) and progress[-1] == total, "\n".join(lines)
+    (log,) = [line.split(": ", 1)[1] for line in lines if line.startswith("Complete log(s): ")]
+    full = open(log).read()
+    assert full.count("rule train:") == len(CELLS) and f"{total} of {total} steps (100%) done" in full
 
 
 def test_every_python_job_was_served_by_the_job_server(smoke):

@@ -274,8 +274,9 @@ def test_campaign_results_end_on_table1_report_and_mlflow_command(smoke):
 
 def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs_and_datasets(smoke, tmp_path):
     """The MLflow line of `balagg results`, run as printed (on a free port) and its page opened in headless
-    Chromium: the runs table (not the traces overview) lists every cell's run by name, and the Dataset
-    column shows the cell's training set. The screenshot is kept beside the test's files (runs.png)."""
+    Chromium: the runs table (not the traces overview) in the campaign's saved view lists every cell's run
+    by name with its aggregator and Table 1's headline values as columns; without the view, the Dataset
+    column shows the cell's training set. The screenshots are kept beside the test's files (runs*.png)."""
     import os
     import shlex
     import shutil
@@ -292,7 +293,7 @@ def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs
         pytest.skip("chromium is not installed (.ci/run installs it)")
     line = next(line for line in results_text(smoke / "results/smoke").splitlines() if line.startswith("MLflow:"))
     command, _, page = line.removeprefix("MLflow:").partition("# then open http://127.0.0.1:5000/")
-    assert page.startswith("#/experiments/") and page.endswith("/runs"), line
+    assert page.startswith("#/experiments/") and page.endswith("/runs?viewStateShareKey=balagg-cells"), line
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -307,18 +308,26 @@ def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs
             except OSError:
                 assert server.poll() is None and time.monotonic() < deadline, "mlflow ui did not start"
                 time.sleep(2)
-        url = f"http://127.0.0.1:{port}/{page}"
         chromium = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1600,900",
                     "--virtual-time-budget=30000"]
-        screenshot = tmp_path / "runs.png"
-        subprocess.run([*chromium, f"--screenshot={screenshot}", url], capture_output=True, timeout=240)
-        dom = subprocess.run([*chromium, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
+        doms = {}
+        for name, shown in (("runs", page), ("runs-default", page.partition("?")[0])):
+            url = f"http://127.0.0.1:{port}/{shown}"
+            subprocess.run([*chromium, f"--screenshot={tmp_path / f'{name}.png'}", url], capture_output=True, timeout=240)
+            doms[name] = subprocess.run([*chromium, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # the server and its workers
         server.wait(timeout=60)
-    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rendered = " ".join(re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", dom, flags=re.S).split())
-    assert "Training runs" in rendered and "Run Name" in rendered, rendered[:2000]
-    for cell in CELLS:
-        assert cell in dom, f"{cell} is not in the runs table"
-    assert "arith-long (" in rendered and "Training" in rendered, "the Dataset column is empty"
+    assert (tmp_path / "runs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rendered = {name: " ".join(re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", dom, flags=re.S).split())
+                for name, dom in doms.items()}
+    for name, dom in doms.items():
+        assert "Training runs" in rendered[name] and "Run Name" in rendered[name], rendered[name][:2000]
+        for cell in CELLS:
+            assert cell in dom, f"{cell} is not in the runs table ({name})"
+    view = rendered["runs"]
+    assert all(header in view for header in ("aggregator", "peak/acc_at_8", "last/best_at_8")), view[:3000]
+    table = {row["aggregator"]: row for row in csv.DictReader((smoke / "results/smoke/analysis/table1.csv").open())}
+    for aggregator in AGGREGATORS:  # one seed: the run's headline value is its Table 1 value
+        assert f"{float(table[aggregator]['peak_acc@8']):.4f}".rstrip("0") in view, (aggregator, view[:3000])
+    assert "arith-long (" in rendered["runs-default"] and "Training" in rendered["runs-default"], "no Dataset column"

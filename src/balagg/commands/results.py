@@ -24,9 +24,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def mlflow_command(experiment_record: dict) -> str:
     """The shell command that opens the campaign's experiment in MLflow's UI, on its runs table
-    (``#/experiments/<id>/runs``: MLflow 3 opens ``#/experiments/<id>`` on the GenAI traces overview)."""
+    (``#/experiments/<id>/runs``: MLflow 3 opens ``#/experiments/<id>`` on the GenAI traces overview), in
+    the saved view the set-up wrote (``?viewStateShareKey=``: the cells' aggregator and headline metrics
+    as columns, balagg.tracking.RUNS_VIEW_ID)."""
     uri, experiment_id = experiment_record.get("tracking_uri", ""), experiment_record.get("experiment_id")
     page = f"#/experiments/{experiment_id}/runs" if experiment_id is not None else ""
+    if page and experiment_record.get("view"):
+        page += f"?viewStateShareKey={experiment_record['view']}"
     if uri.startswith(("http://", "https://")):
         return f"open {uri.rstrip('/')}/{page}"
     executable = Path(sys.executable).with_name("mlflow")

@@ -38,14 +38,33 @@ def mlflow_command(experiment_record: dict) -> str:
     return f"{shlex.quote(mlflow)} ui --backend-store-uri {shlex.quote(uri)}   # then open http://127.0.0.1:5000/{page}"
 
 
+def evaluation_only(analysis: Path) -> bool:
+    """Whether Table 1 holds external checkpoints only (``table1.csv``): a campaign that trains nothing,
+    so Figures 1-3 and the diagnosis, which compare trained cells, do not apply."""
+    import csv
+
+    from balagg.checkpoints import CHECKPOINT_DATASET
+
+    try:
+        with (analysis / "table1.csv").open(newline="") as handle:
+            datasets = [row.get("dataset") for row in csv.DictReader(handle)]
+    except OSError:
+        return False
+    return bool(datasets) and all(dataset == CHECKPOINT_DATASET for dataset in datasets)
+
+
 def results_text(campaign_dir: Path) -> str:
     analysis = campaign_dir / "analysis"
     table = analysis / "table1.md"
     if not table.is_file():
         raise ValueError(f"{table} not found: the campaign's analysis has not run (snakemake first)")
     lines = [f"Table 1 ({table}):", "", table.read_text().rstrip(), ""]
-    for label, path in [*((f"Figure {n}", analysis / f"figure{n}.png") for n in (1, 2, 3)),
-                        ("Diagnosis", analysis / "diagnosis.md"), ("Report", campaign_dir / "report.html")]:
+    grid_only = [*((f"Figure {n}", analysis / f"figure{n}.png") for n in (1, 2, 3)), ("Diagnosis", analysis / "diagnosis.md")]
+    if evaluation_only(analysis):
+        lines.append(f"{'Figures:':<11} not applicable: an evaluation-only campaign (Figures 1-3 and the diagnosis "
+                     "compare aggregators over training)")
+        grid_only = []
+    for label, path in [*grid_only, ("Report", campaign_dir / "report.html")]:
         lines.append(f"{label + ':':<11} {path}" + ("" if path.is_file() else "   (missing)"))
     record_path = campaign_dir / "mlflow" / "experiment.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}

@@ -210,6 +210,9 @@ window.addEventListener("load", async () => {
     }
   }
   } catch (error) { found.error = String(error); }
+  // the page it opens on: the landing page's figures, decoded, and whether the rule graph is drawn
+  found.landing = Array.from(document.querySelectorAll('img[alt^="figure"]')).map(i => [i.alt, i.naturalWidth]);
+  found.rulegraph = document.querySelector("div#rulegraph") !== null;  // (a script has that id too)
   const out = document.createElement("pre");
   out.id = "probe";
   out.textContent = JSON.stringify(found);
@@ -227,7 +230,8 @@ def png_size(path):
 def test_html_report_renders_table1_figures_and_diagnosis_in_chromium(smoke, tmp_path):
     """results/{campaign}/report.html, built by the workflow, opened in headless Chromium (Debian's
     `chromium`): Figures 1-3 decode to non-blank images of their files' size; Table 1 and the diagnosis
-    are in it; the report's own page lists their categories."""
+    are in it; the report's own page lists their categories; it opens on Table 1 and Figures 1-3, not
+    on the rule graph."""
     import html
     import re
     import shutil
@@ -259,6 +263,12 @@ def test_html_report_renders_table1_figures_and_diagnosis_in_chromium(smoke, tmp
     assert "Loading Snakemake Report" in menu and "Results" in menu
     for category in ("Table 1", "Figures", "Diagnosis"):
         assert category in menu, f"the report's menu lacks {category}"
+    assert not found["rulegraph"] and [alt for alt, width in found["landing"] if width > 0] == [
+        "figure1.png", "figure2.png", "figure3.png"], found["landing"]
+    first_row = next(line for line in (analysis / "table1.md").read_text().splitlines() if "seq-agg" in line)
+    cells = [cell.strip().replace("**", "") for cell in first_row.strip("|").split("|")]
+    assert " ".join(cells) in menu, "Table 1's first row is not on the page the report opens on"
+    assert menu.index("Table 1 Six-benchmark means") < menu.index("Figure 1")
 
 
 def test_campaign_results_end_on_table1_report_and_mlflow_command(smoke):

@@ -6,12 +6,10 @@
 
 import sys
 
-from balagg.analysis.report_page import write_landing
-
-LANDING = os.path.abspath(f"{RESULTS}/report/landing.rst")
+LANDING = f"{RESULTS}/report/landing.rst"
 if os.path.exists(LANDING):  # written by the report rule before it runs `snakemake --report`
 
-    report: LANDING
+    report: os.path.abspath(LANDING)
 
 
 rule report:
@@ -31,6 +29,8 @@ rule report:
         f"{RESULTS}/benchmarks/report.tsv"
     localrule: True
     run:
+        from balagg.analysis.report_page import write_landing  # pandas: only when the report is built
+
         write_json(params.config, config)
         write_landing(RESULTS, params.landing, params.metadata)
         shell(f"{sys.executable} -m snakemake --snakefile {{params.snakefile}} --configfile {{params.config}}"

@@ -100,6 +100,8 @@ def test_on_a_terminal_progress_is_one_line_redrawn_in_place():
     lines = text.replace("\r\x1b[K", "\n").split("\n")
     assert "[5/5 jobs, 100%] done: all tiny-s/4" in lines and "a warning" in lines
     assert text.endswith("\n") and "rule train:" not in text
+    # the last line stays put: what Snakemake prints after the last job (the log's path) comes below it
+    assert text.index("[5/5 jobs, 100%] done: all tiny-s/4\n") < text.index("Complete log(s)")
 
 
 def test_a_dry_run_prints_what_snakemakes_own_console_prints():

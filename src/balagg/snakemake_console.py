@@ -84,7 +84,7 @@ class Console:
             self.drawn = False
 
     def draw(self) -> None:
-        if self.interactive and self.run and self.total:
+        if self.interactive and self.run and self.total and self.done < self.total:
             self.stream.write("\r\x1b[K" + self.progress_line().rstrip()[: self.width() - 1])
             self.stream.flush()
             self.drawn = True
@@ -153,8 +153,11 @@ class Console:
 
     def progress(self, done: int, total: int) -> None:
         self.done, self.total = done, total
-        if self.interactive:
+        if self.interactive and done < total:
             self.draw()
+            return
+        if self.interactive:  # the last job: the line stays, above what Snakemake prints at the end
+            self.write_lines(self.progress_line().rstrip())
             return
         milestone = MILESTONES * done // total if total else MILESTONES
         now = self.clock()

@@ -155,6 +155,7 @@ def test_figure2_says_it_shows_one_model_of_several(tmp_path):
     campaign = load_campaign(root)
     figure = figure2.make_figure(campaign, smoothing=1)
     assert texts(figure, "scope") == ["qwen-a only: 1 of the campaign's 2 models"]
-    assert "(one model of 2, as in the paper's Figure 2; the others, qwen-b, with --model)" in texts(figure, "caption")[0]
+    assert ("(one model of 2, as in the paper's Figure 2; analysis.figure2_model, or --model, shows another: qwen-b)"
+            in texts(figure, "caption")[0])
     single = figure2.make_figure(load_campaign(make_campaign(tmp_path / "one")), smoothing=1)
     assert texts(single, "scope") == [] and "one model of" not in texts(single, "caption")[0]

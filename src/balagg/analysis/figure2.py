@@ -32,8 +32,8 @@ def chosen_model(campaign: Campaign, model: str | None) -> str:
 def caption(model: str, smoothing: int, models: tuple[str, ...] = ()) -> str:
     """The figure's caption; ``models``: the campaign's, named when the figure shows one of several."""
     others = [m for m in models if m != model]
-    shown = (f" (one model of {len(models)}, as in the paper's Figure 2; the others, {', '.join(others)}, with "
-             "--model)") if others else ""
+    shown = (f" (one model of {len(models)}, as in the paper's Figure 2; analysis.figure2_model, or --model, "
+             f"shows another: {', '.join(others)})") if others else ""
     return f"Policy-gradient loss of {model} over training steps{shown}; lines: {smoothing_phrase(smoothing)}."
 
 

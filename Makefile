@@ -44,12 +44,14 @@ $(TEST_STAMP): $(STAMP)
 	touch $@
 
 # Workflow rules call `python -m balagg`, so the venv goes first on PATH. The workflow profile
-# (profiles/default/config.yaml) applies here as to any snakemake call: run: rules in Snakemake's process.
+# (profiles/default/config.yaml) applies here as to any snakemake call: run: rules in Snakemake's process,
+# and its console (the balagg logger: progress and problems, the full log in .snakemake/log/).
 # `balagg jobserver` imports torch, transformers, TRL and MLflow once and forks each `python -m balagg`
 # job from it instead of letting every job import them again (docs/jobserver.md).
 demo: $(STAMP)
 	@$(BIN)/python -m compileall -q src >/dev/null  # every job imports src/: compile it once, not per job
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m balagg jobserver --log results/default/logs/jobserver.log -- $(BIN)/snakemake --cores $(CORES) --quiet progress
+	@echo "snakemake --cores $(CORES): the default campaign (tiny world) into results/default/"
+	@PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m balagg jobserver --log results/default/logs/jobserver.log -- $(BIN)/snakemake --cores $(CORES)
 	@$(BIN)/python -m balagg results --campaign-dir results/default
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist), one test module per worker at a time

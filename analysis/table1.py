@@ -22,6 +22,8 @@ def main() -> int:
                         help="CSV of published values to compare with (the paper campaign: analysis/paper_values.csv)")
     parser.add_argument("--checkpoints", nargs="+", type=Path, default=[], metavar="CHECKPOINT_JSON",
                         help="external checkpoints' checkpoint.json (their eval/curve.csv beside): a row each")
+    parser.add_argument("--data-reports", nargs="+", type=Path, default=[], metavar="REPORT_JSON",
+                        help="prepare-data reports: benchmark files that lost rows are named in the notes")
     args = parser.parse_args()
     if args.checkpoints and args.cells is None and not discover_cells(args.campaign_dir):  # checkpoints only
         campaign, args.out = None, args.out or args.campaign_dir / "analysis"
@@ -33,8 +35,9 @@ def main() -> int:
     write_text(args.out / "table1.csv", table.to_csv(index=False))
     comparison = table1.compare_with_paper(table, paper) if paper is not None else None
     name = args.campaign_dir.name
-    write_text(args.out / "table1.md", table1.to_markdown(table, name, comparison))
-    write_text(args.out / "table1.tex", table1.to_latex(table, name))
+    file_notes = table1.benchmark_file_notes(args.data_reports)
+    write_text(args.out / "table1.md", table1.to_markdown(table, name, comparison, file_notes))
+    write_text(args.out / "table1.tex", table1.to_latex(table, name, file_notes))
     if comparison is not None:
         write_text(args.out / "table1_vs_paper.csv", comparison.to_csv(index=False))
         absent = comparison[~comparison.in_campaign]

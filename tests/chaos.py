@@ -115,7 +115,9 @@ def mlflow_points(database: Path) -> dict:
 
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{database}")
     experiment = client.get_experiment_by_name(CAMPAIGN)
-    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    from mlflow.entities import ViewType
+
+    runs = client.search_runs([experiment.experiment_id], max_results=1000, run_view_type=ViewType.ALL)  # superseded: deleted
     cells: dict[str, dict] = {}
     analysis = 0
     for run in runs:

@@ -17,6 +17,7 @@ from balagg.aggregation import (
     aggregate,
     aggregation_weights,
     canonical_rule,
+    default_scope,
     group_advantages,
     length_diagnostics,
 )
@@ -254,7 +255,27 @@ def test_all_rules_coincide_up_to_their_constant_when_lengths_are_equal():
         assert torch.allclose(values, scale * reference, atol=1e-12), rule
     # Token-agg over the whole batch equals per-group token-agg when every group has equal tokens.
     assert torch.allclose(aggregation_weights("token-agg", lengths, adv, groups, scope="batch").double(),
-                          aggregation_weights("token-agg", lengths, adv, groups).double())
+                          aggregation_weights("token-agg", lengths, adv, groups, scope="group").double())
+
+
+@pytest.mark.parametrize("rule", ["token-agg", "token-mean"])
+def test_token_agg_defaults_to_daposs_batch_token_mean(rule):
+    """Without a scope, token-agg (and verl's alias) pools the batch's tokens as DAPO and verl's token-mean
+    do: groups of 18 and 17 tokens give every token 1/35 = 0.0286, not 1/(2*18) and 1/(2*17)."""
+    lengths, adv, groups = [10, 8, 9, 8], [1.0, -1.0, 1.0, -1.0], [0, 0, 1, 1]
+    w = aggregation_weights(rule, lengths, adv, groups).double()
+    assert torch.allclose(w, torch.full((4,), 1 / 35, dtype=torch.float64))
+    assert round(float(w[0]), 4) == 0.0286
+    per_group = aggregation_weights(rule, lengths, adv, groups, scope="group").double()
+    assert [round(float(x), 4) for x in per_group] == [0.0278, 0.0278, 0.0294, 0.0294]
+
+
+def test_every_rule_defaults_to_its_registered_scope():
+    lengths, adv, groups = [10, 8, 9, 3, 5, 2], [1.0, -1.0, 1.0, -1.0, 0.5, -0.5], [0, 0, 1, 1, 2, 2]
+    for name in (*RULES, *ALIASES):
+        kw = {"max_length": 12}
+        assert torch.equal(aggregation_weights(name, lengths, adv, groups, **kw),
+                           aggregation_weights(name, lengths, adv, groups, scope=default_scope(name), **kw)), name
 
 
 def test_balanced_mass_equals_balanced_when_abs_advantage_is_constant_per_side():

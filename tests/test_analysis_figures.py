@@ -134,3 +134,28 @@ def test_figure_script_writes_png_and_pdf(tmp_path):
     bad = subprocess.run([sys.executable, str(REPO / "analysis" / "figure2.py"), "--campaign-dir", str(root),
                           "--model", "gpt"], capture_output=True, text=True)
     assert bad.returncode == 2 and "error: model 'gpt' is not in campaign camp" in bad.stderr
+
+
+def test_figure1_marks_bars_that_are_zero_and_names_a_benchmark_no_sample_solved(tmp_path):
+    """The tiny world's models solve no LiveCodeBench problem: its bars are 0, drawn flat, so each carries
+    a 0 and the caption says why the benchmark shows no bar (not a missing value)."""
+    campaign = load_campaign(make_campaign(tmp_path / "camp"))
+    campaign.evals.loc[campaign.evals.benchmark == "livecodebench", "acc@8"] = 0.0
+    figure = figure1.make_figure(campaign)
+    assert texts(figure, "zero") == ["0"] * (2 * len(AGGREGATORS)) and texts(figure, "gap") == []
+    assert ("livecodebench: Acc@8 0 at every step for every aggregator and setting (no sample solved a problem)"
+            in texts(figure, "caption")[0])
+
+
+def test_figure2_says_it_shows_one_model_of_several(tmp_path):
+    root = make_campaign(tmp_path / "camp")
+    for aggregator in AGGREGATORS:
+        write_cell(root, "qwen-b", "dapo", aggregator, 0, {s: (0.3, 0.5) for s in STEPS},
+                   train_metrics(range(1, 31), lambda s: -0.01 * s, 0.4, 10.0))
+    campaign = load_campaign(root)
+    figure = figure2.make_figure(campaign, smoothing=1)
+    assert texts(figure, "scope") == ["qwen-a only: 1 of the campaign's 2 models"]
+    assert ("(one model of 2, as in the paper's Figure 2; analysis.figure2_model, or --model, shows another: qwen-b)"
+            in texts(figure, "caption")[0])
+    single = figure2.make_figure(load_campaign(make_campaign(tmp_path / "one")), smoothing=1)
+    assert texts(single, "scope") == [] and "one model of" not in texts(single, "caption")[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -151,3 +152,33 @@ def test_summaries_scored_before_the_bootstrap_column_keep_their_other_values(tm
     assert table["peak_best@8_bootstrap"].isna().all() and table["last_best@8_bootstrap"].isna().all()
     markdown = table1.to_markdown(table, "camp")
     assert "Peak Best@8 (bootstrap)" in markdown and "Last Best@8 (bootstrap)" in markdown
+
+
+def test_benchmark_rows_skipped_by_prepare_data_are_named_in_the_notes(tmp_path):
+    """A benchmark file that lost a line (cut in half) changes that benchmark's denominator: Table 1's notes
+    name it with its line; a training set's skipped rows do not belong there; the CSV's rows are unchanged."""
+    from balagg.cli import main
+
+    root = make_campaign(tmp_path / "camp")
+    rows = [json.dumps({"problem": f"What is {i}+{i}?", "answer": str(2 * i)}) for i in range(4)]
+    rows[2] = rows[2][:15]
+    (tmp_path / "math500.jsonl").write_text("\n".join(rows) + "\n")
+    (tmp_path / "polaris.jsonl").write_text("\n".join(rows) + "\n")
+    reports = [root / "data" / "bench" / "math500.report.json", root / "data" / "train" / "polaris-53k.report.json"]
+    for flag, name, source, report in (("--benchmark", "math500", "math500.jsonl", reports[0]),
+                                       ("--dataset", "polaris-53k", "polaris.jsonl", reports[1])):
+        assert main(["prepare-data", flag, name, "--source", str(tmp_path / source), "--on-bad-row", "skip",
+                     "--out", str(report.with_name(f"{name}.jsonl")), "--report", str(report)]) == 0
+    script = str(REPO / "analysis" / "table1.py")
+    for out, extra in ((tmp_path / "plain", []), (tmp_path / "noted", ["--data-reports", *map(str, reports)])):
+        done = subprocess.run([sys.executable, script, "--campaign-dir", str(root), "--out", str(out), *extra],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    markdown = (tmp_path / "noted" / "table1.md").read_text()
+    notes = markdown.split("Benchmark files:", 1)[1].strip().splitlines()
+    assert notes == [f"- math500: 1 of 4 rows of the benchmark file skipped (data.on_bad_row: skip), so every value "
+                     f"on math500 is over its 3 remaining problems: math500-0002, line 3 of {tmp_path}/math500.jsonl: "
+                     "not valid JSON (Unterminated string starting at column 13)"]
+    assert "polaris.jsonl" not in markdown and "polaris-0002" not in markdown
+    assert "line 3 of" in (tmp_path / "noted" / "table1.tex").read_text()
+    assert (tmp_path / "noted" / "table1.csv").read_text() == (tmp_path / "plain" / "table1.csv").read_text()

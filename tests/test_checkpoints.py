@@ -190,7 +190,9 @@ def write_evaluated_run(run: Path, steps: dict[int, float]) -> None:
 
 
 def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):
-    from balagg.analysis import table1
+    from analysis_fixtures import make_campaign
+
+    from balagg.analysis import load_campaign, table1
 
     hub, run = tmp_path / "base" / "external", tmp_path / "run" / "external"
     write_evaluated_run(hub, {0: 0.25})
@@ -202,14 +204,22 @@ def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):
                                                      "steps": {"10": "a", "20": "b"}}))
     table = table1.build_table(None, None, [hub / "checkpoint.json", run / "checkpoint.json"])
     base, mine = table.iloc[0], table.iloc[1]
-    assert (base.dataset, base.model, base.aggregator) == ("(checkpoint)", "base", f"{MODEL}@v1 (commit abcdef0)")
+    assert (base.dataset, base.model, base.aggregator) == ("(checkpoint)", "base", "(evaluated only)")
+    assert (base.origin, mine.origin) == (f"{MODEL}@v1 (commit abcdef0)", "/runs/x")
     assert base["peak_acc@8"] == base["last_acc@8"] == 0.25 and base.revision == "v1" and base.commit == "abcdef0123"
     assert (mine["peak_acc@8"], mine["peak_acc@8_step"], mine["last_step"], mine["last_acc@8"]) == (0.5, 10, 20, 0.375)
     assert math.isfinite(mine["last_acc@8_se"])
+    # an evaluation-only campaign: each row names its checkpoint and origin, under those headers
     markdown = table1.to_markdown(table, "evalonly")
-    assert f"| (checkpoint) | base | {MODEL}@v1 (commit abcdef0) |" in markdown
-    assert "| run | /runs/x |" in markdown
-    assert "base" in table1.to_latex(table, "evalonly")
+    assert "| Checkpoint | Origin | Peak Acc@8 |" in markdown and "Aggregator" not in markdown
+    assert f"| base | {MODEL}@v1 (commit abcdef0) |" in markdown and "| run | /runs/x |" in markdown
+    latex = table1.to_latex(table, "evalonly")
+    assert r"Checkpoint & Origin & Acc@8" in latex and "/runs/x" in latex
+    # beside cells: the checkpoint's row says it was evaluated only, its origin follows the notes
+    cells = table1.build_table(load_campaign(make_campaign(tmp_path / "camp")), None, [run / "checkpoint.json"])
+    mixed = table1.to_markdown(cells, "mixed")
+    assert "| (checkpoint) | run | (evaluated only) |" in mixed and "/runs/x |" not in mixed
+    assert mixed.split("Checkpoints evaluated without training here:", 1)[1].split() == ["-", "run:", "/runs/x"]
 
 
 def test_the_example_evaluates_the_papers_base_models_as_the_paper_does():
@@ -271,3 +281,21 @@ def test_the_merge_rules_conda_env_pins_the_verl_extras_verl():
 def test_the_plan_says_it_does_not_cost_external_checkpoints(capsys):
     assert main(["plan", "--configfile", str(Path(__file__).resolve().parents[1] / "configs/evaluate.yaml")]) == 0
     assert "not costed: 2 external checkpoint(s)" in capsys.readouterr().out
+
+
+def test_results_of_an_evaluation_only_campaign_say_the_figures_do_not_apply(tmp_path):
+    """`balagg results` on a campaign of checkpoints only: no "(missing)" for Figures 1-3 and the diagnosis,
+    which only a campaign that trains makes; a grid campaign still gets "(missing)" for an absent figure."""
+    from balagg.commands.results import results_text
+
+    for name, dataset in (("evaluate", "(checkpoint)"), ("grid", "dapo")):
+        analysis = tmp_path / name / "analysis"
+        analysis.mkdir(parents=True)
+        (analysis / "table1.md").write_text("# Table 1\n")
+        (analysis / "table1.csv").write_text(f"dataset,model,aggregator\n{dataset},base,x\n")
+    text = results_text(tmp_path / "evaluate")
+    assert "Figures:    not applicable: an evaluation-only campaign" in text
+    assert "figure1.png" not in text and "diagnosis.md" not in text
+    assert text.count("(missing)") == 1 and "report.html   (missing)" in text
+    grid = results_text(tmp_path / "grid")
+    assert "figure1.png   (missing)" in grid and "not applicable" not in grid

@@ -110,7 +110,7 @@ def test_olympiadbench_keeps_the_answer_list_and_reads_the_subset_folder(tmp_pat
 
 def test_olympiadbench_answer_that_is_not_a_list_is_a_bad_row(tmp_path):
     rows = [{"id": 1, "question": "q", "final_answer": "2"}]
-    with pytest.raises(BadRowError, match=r"olympiadbench-0000 \(source id 1\): final_answer is a str"):
+    with pytest.raises(BadRowError, match=r"olympiadbench-0000 \(source id 1\), line 1 of .*ob.jsonl: final_answer is a str"):
         prepare("olympiadbench", write_jsonl_rows(tmp_path / "ob.jsonl", rows), tmp_path / "o.jsonl")
 
 
@@ -123,12 +123,13 @@ def test_minerva_gold_is_the_last_boxed_of_the_solution(tmp_path):
     ]
     src = write_jsonl_rows(tmp_path / "minerva_math" / "test.jsonl", rows)
     out = tmp_path / "minerva.jsonl"
-    with pytest.raises(BadRowError, match=r"minerva-0002 \(source id 2\): solution has no \\boxed"):
+    with pytest.raises(BadRowError, match=r"minerva-0002 \(source id 2\), line 3 of .*test.jsonl: solution has no \\boxed"):
         prepare("minerva", src, out)
     assert not out.exists()  # fail mode writes nothing
     report = prepare("minerva", src, out, on_bad_row="skip")
     assert report.written == 2 and report.skipped == 1
-    assert report.bad_rows == [{"id": "minerva-0002 (source id 2)", "reason": "solution has no \\boxed{} answer"}]
+    assert report.bad_rows == [{"id": "minerva-0002 (source id 2)", "reason": "solution has no \\boxed{} answer",
+                                "file": str(src), "line": 3}]
     assert [r["answer"] for r in read_jsonl(out)] == ["\\frac{3}{4}", "\\sqrt{\\frac{1}{2}}"]
 
 
@@ -245,8 +246,8 @@ def test_polaris_from_jsonl_and_bad_rows_skipped_and_counted(tmp_path, capsys):
                  "--on-bad-row", "skip"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["written"] == 2 and report["skipped"] == 2
-    assert report["bad_rows"] == [{"id": "polaris-0001", "reason": "field 'problem' is empty"},
-                                  {"id": "polaris-0002", "reason": "answer is None"}]
+    assert report["bad_rows"] == [{"id": "polaris-0001", "reason": "field 'problem' is empty", "file": str(src), "line": 2},
+                                  {"id": "polaris-0002", "reason": "answer is None", "file": str(src), "line": 3}]
     assert [r["id"] for r in read_jsonl(out)] == ["polaris-0000", "polaris-0003"]
     assert list(read_jsonl(out))[0]["difficulty"] == "7/8"
 
@@ -260,7 +261,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     bad = write_jsonl_rows(tmp_path / "m.jsonl", [{"problem": "p", "answer": "1"}, {"answer": "2"}])
     assert main(["prepare-data", "--benchmark", "math500", "--source", str(bad), "--out", str(tmp_path / "o"),
                  "--on-bad-row", "fail"]) == 2
-    assert "math500-0001: missing field 'problem' or 'question'" in capsys.readouterr().err
+    assert f"math500-0001, line 2 of {bad}: missing field 'problem' or 'question'" in capsys.readouterr().err
     assert main(["prepare-data", "--list"]) == 0
     assert "Hothan/OlympiadBench [OE_TO_maths_en_COMP]" in capsys.readouterr().out
 
@@ -290,7 +291,7 @@ def test_a_training_row_whose_gold_the_verifier_cannot_parse_is_dropped_and_coun
     assert [r["id"] for r in read_jsonl(out)] == ["polaris-0000", "polaris-0001"]
     assert report["skipped"] == 1 and report["bad_rows"][0]["id"] == "polaris-0002"
     assert "cannot be parsed by the math verifier" in report["bad_rows"][0]["reason"]
-    with pytest.raises(BadRowError, match="polaris-0002: gold answer"):
+    with pytest.raises(BadRowError, match="polaris-0002, line 3 of .*: gold answer"):
         prepare("polaris-53k", src, tmp_path / "strict.jsonl", on_bad_row="fail")
 
 

@@ -283,6 +283,15 @@ def test_resumed_run_logs_each_step_once_and_a_retrain_supersedes_the_old_run(st
     old = client.get_run(run_id)
     assert new_id != run_id and old.info.status == "KILLED" and old.data.tags["superseded_by"] == new_id
     assert client.get_run(new_id).info.status == "FINISHED"
+    # one run per cell where a person looks: the superseded run is deleted (restorable), out of the default
+    # view and of README's filter; the deleted view still holds it
+    from mlflow.entities import ViewType
+
+    assert old.info.lifecycle_stage == "deleted"
+    shown = mlflow.search_runs(experiment_names=["e"], output_format="list", filter_string=f"tags.cell = '{tags['cell']}'")
+    assert [run.info.run_id for run in shown] == [new_id]
+    everything = mlflow.search_runs(experiment_names=["e"], output_format="list", run_view_type=ViewType.ALL)
+    assert {run.info.run_id for run in everything} == {run_id, new_id}
 
 
 def test_eval_metrics_land_at_their_training_steps_and_a_second_call_adds_no_point(store):

@@ -30,11 +30,27 @@ def smoke(tmp_path_factory):
     Run as `make demo` runs the embedded default: Snakemake under `balagg jobserver`, so the jobs
     below are forked from the job server (test_every_python_job_was_served checks that they were)."""
     work = copy_workflow(tmp_path_factory.mktemp("smoke"))
-    snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", cwd=work, job_server_log=work / JOB_SERVER_LOG)
+    run = snakemake("--cores", "2", "--configfile", "configs/smoke.yaml", cwd=work, job_server_log=work / JOB_SERVER_LOG)
+    (work / CONSOLE).write_text(run.stdout + run.stderr)
     return work
 
 
 JOB_SERVER_LOG = "jobserver.log"
+CONSOLE = "console.txt"
+
+
+def test_the_console_shows_progress_in_a_few_lines_and_the_log_file_keeps_every_job(smoke):
+    """The workflow profile's console (the balagg logger): the jobs to run, progress lines up to 100 %,
+    the complete log's path; no job blocks. The log file it names holds Snakemake's full record."""
+    lines = (smoke / CONSOLE).read_text().splitlines()
+    assert len(lines) < 40, "\n".join(lines)
+    assert not [line for line in lines if re.match(r"^(local)?rule \w+:$", line)], "\n".join(lines)
+    (total,) = [int(m.group(1)) for line in lines if (m := re.match(r"^(\d+) jobs to run: .*train \d+", line))]
+    progress = [int(m.group(1)) for line in lines if (m := re.match(rf"^\[ *(\d+)/{total} jobs, +\d+%\]", line))]
+    assert len(progress) >= 5 and progress == sorted(progress) and progress[-1] == total, "\n".join(lines)
+    (log,) = [line.split(": ", 1)[1] for line in lines if line.startswith("Complete log(s): ")]
+    full = open(log).read()
+    assert full.count("rule train:") == len(CELLS) and f"{total} of {total} steps (100%) done" in full
 
 
 def test_every_python_job_was_served_by_the_job_server(smoke):
@@ -194,6 +210,9 @@ window.addEventListener("load", async () => {
     }
   }
   } catch (error) { found.error = String(error); }
+  // the page it opens on: the landing page's figures, decoded, and whether the rule graph is drawn
+  found.landing = Array.from(document.querySelectorAll('img[alt^="figure"]')).map(i => [i.alt, i.naturalWidth]);
+  found.rulegraph = document.querySelector("div#rulegraph") !== null;  // (a script has that id too)
   const out = document.createElement("pre");
   out.id = "probe";
   out.textContent = JSON.stringify(found);
@@ -211,7 +230,8 @@ def png_size(path):
 def test_html_report_renders_table1_figures_and_diagnosis_in_chromium(smoke, tmp_path):
     """results/{campaign}/report.html, built by the workflow, opened in headless Chromium (Debian's
     `chromium`): Figures 1-3 decode to non-blank images of their files' size; Table 1 and the diagnosis
-    are in it; the report's own page lists their categories."""
+    are in it; the report's own page lists their categories; it opens on Table 1 and Figures 1-3, not
+    on the rule graph."""
     import html
     import re
     import shutil
@@ -243,6 +263,12 @@ def test_html_report_renders_table1_figures_and_diagnosis_in_chromium(smoke, tmp
     assert "Loading Snakemake Report" in menu and "Results" in menu
     for category in ("Table 1", "Figures", "Diagnosis"):
         assert category in menu, f"the report's menu lacks {category}"
+    assert not found["rulegraph"] and [alt for alt, width in found["landing"] if width > 0] == [
+        "figure1.png", "figure2.png", "figure3.png"], found["landing"]
+    first_row = next(line for line in (analysis / "table1.md").read_text().splitlines() if "seq-agg" in line)
+    cells = [cell.strip().replace("**", "") for cell in first_row.strip("|").split("|")]
+    assert " ".join(cells) in menu, "Table 1's first row is not on the page the report opens on"
+    assert menu.index("Table 1 Six-benchmark means") < menu.index("Figure 1")
 
 
 def test_campaign_results_end_on_table1_report_and_mlflow_command(smoke):
@@ -258,8 +284,9 @@ def test_campaign_results_end_on_table1_report_and_mlflow_command(smoke):
 
 def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs_and_datasets(smoke, tmp_path):
     """The MLflow line of `balagg results`, run as printed (on a free port) and its page opened in headless
-    Chromium: the runs table (not the traces overview) lists every cell's run by name, and the Dataset
-    column shows the cell's training set. The screenshot is kept beside the test's files (runs.png)."""
+    Chromium: the runs table (not the traces overview) in the campaign's saved view lists every cell's run
+    by name with its aggregator and Table 1's headline values as columns; without the view, the Dataset
+    column shows the cell's training set. The screenshots are kept beside the test's files (runs*.png)."""
     import os
     import shlex
     import shutil
@@ -276,7 +303,7 @@ def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs
         pytest.skip("chromium is not installed (.ci/run installs it)")
     line = next(line for line in results_text(smoke / "results/smoke").splitlines() if line.startswith("MLflow:"))
     command, _, page = line.removeprefix("MLflow:").partition("# then open http://127.0.0.1:5000/")
-    assert page.startswith("#/experiments/") and page.endswith("/runs"), line
+    assert page.startswith("#/experiments/") and page.endswith("/runs?viewStateShareKey=balagg-cells"), line
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -291,18 +318,26 @@ def test_the_printed_mlflow_command_opens_the_runs_table_with_the_campaigns_runs
             except OSError:
                 assert server.poll() is None and time.monotonic() < deadline, "mlflow ui did not start"
                 time.sleep(2)
-        url = f"http://127.0.0.1:{port}/{page}"
         chromium = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1600,900",
                     "--virtual-time-budget=30000"]
-        screenshot = tmp_path / "runs.png"
-        subprocess.run([*chromium, f"--screenshot={screenshot}", url], capture_output=True, timeout=240)
-        dom = subprocess.run([*chromium, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
+        doms = {}
+        for name, shown in (("runs", page), ("runs-default", page.partition("?")[0])):
+            url = f"http://127.0.0.1:{port}/{shown}"
+            subprocess.run([*chromium, f"--screenshot={tmp_path / f'{name}.png'}", url], capture_output=True, timeout=240)
+            doms[name] = subprocess.run([*chromium, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # the server and its workers
         server.wait(timeout=60)
-    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rendered = " ".join(re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", dom, flags=re.S).split())
-    assert "Training runs" in rendered and "Run Name" in rendered, rendered[:2000]
-    for cell in CELLS:
-        assert cell in dom, f"{cell} is not in the runs table"
-    assert "arith-long (" in rendered and "Training" in rendered, "the Dataset column is empty"
+    assert (tmp_path / "runs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rendered = {name: " ".join(re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", dom, flags=re.S).split())
+                for name, dom in doms.items()}
+    for name, dom in doms.items():
+        assert "Training runs" in rendered[name] and "Run Name" in rendered[name], rendered[name][:2000]
+        for cell in CELLS:
+            assert cell in dom, f"{cell} is not in the runs table ({name})"
+    view = rendered["runs"]
+    assert all(header in view for header in ("aggregator", "peak/acc_at_8", "last/best_at_8")), view[:3000]
+    table = {row["aggregator"]: row for row in csv.DictReader((smoke / "results/smoke/analysis/table1.csv").open())}
+    for aggregator in AGGREGATORS:  # one seed: the run's headline value is its Table 1 value
+        assert f"{float(table[aggregator]['peak_acc@8']):.4f}".rstrip("0") in view, (aggregator, view[:3000])
+    assert "arith-long (" in rendered["runs-default"] and "Training" in rendered["runs-default"], "no Dataset column"

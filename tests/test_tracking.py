@@ -166,3 +166,74 @@ def test_the_printed_mlflow_link_opens_the_experiments_runs_table():
     assert "ui --backend-store-uri sqlite:////r/mlflow.db" in local
     assert mlflow_command({"tracking_uri": "http://mlflow:5000/", "experiment_id": "7"}) == (
         "open http://mlflow:5000/#/experiments/7/runs")
+
+
+def curve_rows(values: dict[int, tuple[float, float]]) -> list[dict]:
+    """eval/curve.csv rows: the six-benchmark mean (and one benchmark) at each step: step -> (acc@8, best@8)."""
+    return [{"step": str(step), "benchmark": benchmark, "acc@8": str(acc), "best@8": str(best),
+             "best@8_bootstrap": str(best - 0.1)}
+            for step, (acc, best) in values.items() for benchmark in ("math500", "mean")]
+
+
+def test_headline_values_are_table1s_peak_and_last_for_one_seed():
+    from balagg.tracking import HEADLINE_METRICS, final_step, headline_values
+
+    assert HEADLINE_METRICS == ("peak/acc_at_8", "peak/best_at_8", "last/acc_at_8", "last/best_at_8")
+    rows = curve_rows({0: (0.9, 0.95), 2: (0.3, 0.6), 4: (0.2, 0.7)})
+    assert headline_values(rows, last_step=4) == {"peak/acc_at_8": 0.3, "peak/best_at_8": 0.7,
+                                                  "last/acc_at_8": 0.2, "last/best_at_8": 0.7}  # step 0 is no peak
+    assert "last/acc_at_8" not in headline_values(rows, last_step=6)  # the final checkpoint is not evaluated
+    assert headline_values(curve_rows({0: (0.4, 0.5)})) == {"peak/acc_at_8": 0.4, "peak/best_at_8": 0.5,
+                                                           "last/acc_at_8": 0.4, "last/best_at_8": 0.5}
+    assert final_step({"checkpoints": [{"step": 2}, {"step": 4}]}) == 4 and final_step({"steps": {"0": "p"}}) == 0
+
+
+@pytest.mark.slow  # an MLflow SQLite store (its migrations)
+def test_a_cells_run_shows_its_headline_metrics_and_a_reevaluation_replaces_them(tmp_path):
+    """What the runs table shows for a metric is its latest point: after a re-evaluation it is the new value."""
+    import mlflow
+
+    from balagg.tracking import Tracker, log_eval_curve
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(store)
+    run_id = tracker.start(experiment="e", run_name="c", run_id=None, tags={"cell": "c"}, params={})
+    tracker.end()
+    manifest = {"mlflow_run_id": run_id, "config": {"mlflow_experiment": "e"},
+                "checkpoints": [{"step": 2}, {"step": 4}]}
+    assert log_eval_curve(store, manifest, curve_rows({0: (0.1, 0.2), 2: (0.3, 0.6), 4: (0.2, 0.7)}))["status"] == "ok"
+    client = mlflow.MlflowClient(tracking_uri=store)
+    assert {k: v for k, v in client.get_run(run_id).data.metrics.items() if "/" in k and not k.startswith("eval/")} == {
+        "peak/acc_at_8": 0.3, "peak/best_at_8": 0.7, "last/acc_at_8": 0.2, "last/best_at_8": 0.7}
+    log_eval_curve(store, manifest, curve_rows({0: (0.1, 0.2), 2: (0.3, 0.6), 4: (0.2, 0.7)}))  # nothing new
+    assert len(client.get_metric_history(run_id, "peak/acc_at_8")) == 1
+    log_eval_curve(store, manifest, curve_rows({0: (0.1, 0.2), 2: (0.25, 0.6), 4: (0.5, 0.8)}))  # re-scored
+    held = client.get_run(run_id).data.metrics
+    assert held["peak/acc_at_8"] == 0.5 and held["last/best_at_8"] == 0.8
+
+
+@pytest.mark.slow  # an MLflow SQLite store (its migrations)
+def test_the_experiment_holds_a_saved_runs_view_with_the_aggregator_and_headline_columns(tmp_path):
+    """The view is an experiment tag in the envelope MLflow 3.17's UI reads (name, createdAt, state) and
+    `balagg results` links to it; a second set-up leaves it as it is."""
+    import json
+
+    import mlflow
+
+    from balagg.commands.results import mlflow_command
+    from balagg.tracking import HEADLINE_METRICS, RUNS_VIEW_ID, setup_experiment
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    status = setup_experiment(store, "campaign")
+    assert status["status"] == "ok" and status["view"] == RUNS_VIEW_ID
+    tags = mlflow.MlflowClient(tracking_uri=store).get_experiment(status["experiment_id"]).tags
+    envelope = json.loads(tags[f"mlflow.sharedViewState.{RUNS_VIEW_ID}"])
+    assert isinstance(envelope["name"], str) and isinstance(envelope["createdAt"], int)
+    state = json.loads(envelope["state"])
+    assert state["selectedColumns"][0] == "tags.`aggregator`" and state["columnOrder"][1] == "tags.`aggregator`"
+    assert [f"metrics.`{name}`" for name in HEADLINE_METRICS] == [c for c in state["selectedColumns"] if "metrics" in c]
+    assert setup_experiment(store, "campaign")["status"] == "ok"
+    again = mlflow.MlflowClient(tracking_uri=store).get_experiment(status["experiment_id"]).tags
+    assert json.loads(again[f"mlflow.sharedViewState.{RUNS_VIEW_ID}"])["createdAt"] == envelope["createdAt"]
+    assert mlflow_command(status).endswith(
+        f"#/experiments/{status['experiment_id']}/runs?viewStateShareKey={RUNS_VIEW_ID}")

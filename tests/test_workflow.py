@@ -41,7 +41,11 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def job_counts(output: str) -> dict[str, int]:
-    """The 'Job stats' table of a dry run as {rule: count}."""
+    """The 'Job stats' table of a dry run, or the 'N jobs to run: rule n, ...' line of a run's console (the
+    balagg logger), as {rule: count}."""
+    if "Job stats:" not in output:
+        (line,) = re.findall(r"^\d+ jobs to run: (.*)$", output, flags=re.MULTILINE)
+        return {rule: int(n) for rule, n in (item.rsplit(" ", 1) for item in line.split(", "))}
     table = output.split("Job stats:", 1)[1]
     counts = {}
     for line in table.splitlines():

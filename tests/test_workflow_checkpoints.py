@@ -119,11 +119,12 @@ def test_table1_has_a_row_per_checkpoint_named_with_its_revision(campaign, world
         rows = {row["model"]: row for row in csv.DictReader(handle)}
     assert set(rows) == {"base", "mine", "myrun"}
     assert {row["dataset"] for row in rows.values()} == {"(checkpoint)"}
-    assert rows["base"]["aggregator"] == f"{MODEL}@v1 (commit {world['v1'][:7]})"
+    assert rows["base"]["aggregator"] == "(evaluated only)"
+    assert rows["base"]["origin"] == f"{MODEL}@v1 (commit {world['v1'][:7]})"
     assert rows["base"]["commit"] == world["v1"] and rows["mine"]["source"] == str(world["local"])
     assert rows["myrun"]["last_step"] == "2" and rows["myrun"]["peak_acc@8_step"] in ("1", "2")
     assert all(math.isfinite(float(row["last_acc@8"])) for row in rows.values())
-    assert "| (checkpoint) | base |" in (results / "analysis/table1.md").read_text()
+    assert f"| base | {MODEL}@v1 (commit {world['v1'][:7]}) |" in (results / "analysis/table1.md").read_text()
 
 
 def test_each_checkpoint_has_its_own_mlflow_run(campaign):

@@ -41,7 +41,9 @@ optimiser step.
 Scope ``group`` applies the formulas per group and divides every weight by the number of groups, so the
 loss is the mean of the per-group losses. Scope ``batch`` treats the whole batch as one group
 (G = batch size, one pool of tokens): ``token-agg`` with scope ``batch`` is DAPO's / TRL's global token
-mean. All functions are vectorised over the batch; group ids may come in any order.
+mean. Without a ``scope``, :func:`aggregation_weights` uses the rule's registered default scope
+(:data:`DEFAULT_SCOPES`): ``batch`` for ``token-agg`` (and its alias ``token-mean``), ``group`` for every
+other rule. All functions are vectorised over the batch; group ids may come in any order.
 """
 
 from __future__ import annotations
@@ -252,7 +254,7 @@ def aggregation_weights(
     advantages: Any,
     group_ids: Any,
     *,
-    scope: str = "group",
+    scope: str | None = None,
     max_length: int | float | None = None,
     micro_batch_ids: Any = None,
 ) -> torch.Tensor:
@@ -264,7 +266,9 @@ def aggregation_weights(
         advantages: [B] finite advantages; only their signs (and, for ``balanced-agg-mass``, their
             magnitudes) matter.
         group_ids: [B] the group (prompt) of each response; any hashable values, any order.
-        scope: ``group`` (mean of per-group losses) or ``batch`` (the batch is one group).
+        scope: ``group`` (mean of per-group losses) or ``batch`` (the batch is one group); None (the
+            default) is the rule's registered default scope (:data:`DEFAULT_SCOPES`, an alias taking its
+            rule's): ``batch`` for ``token-agg`` (DAPO's and verl's ``token-mean``), ``group`` for the rest.
         max_length: the constant length normaliser of ``dr-grpo`` (required there, ignored elsewhere).
         micro_batch_ids: [B] the micro-batch of each response (any hashable values), for
             ``token-agg-microbatch`` (default: one micro-batch); ignored by the other rules.
@@ -274,6 +278,7 @@ def aggregation_weights(
         float64. ``aggregate(per_token_loss, mask, weights)`` is then the rule's loss.
     """
     record = aggregator(rule)
+    scope = record.default_scope if scope is None else scope
     if record.needs_max_length:
         if max_length is None:
             raise ValueError(f"rule {record.name!r} needs max_length (the constant length normaliser)")

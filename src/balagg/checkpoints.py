@@ -189,6 +189,13 @@ EXTERNAL_LABEL = "external"
 """The aggregator tag of an external checkpoint's MLflow run (it was trained elsewhere, with its own rule)."""
 
 
+CHECKPOINT_DATASET = "(checkpoint)"
+"""Table 1's dataset column of an external checkpoint's row (it was not trained on the campaign's datasets)."""
+EVALUATED_ONLY = "(evaluated only)"
+"""Table 1's aggregator column of an external checkpoint's row: trained elsewhere, with a rule the campaign
+does not know (its :func:`label` is in the ``origin`` column)."""
+
+
 def label(rec: dict) -> str:
     """How Table 1 names a checkpoint's origin: ``org/name@revision (commit abcdef1)``, or its folder."""
     if rec.get("kind") == "hub":

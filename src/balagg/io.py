@@ -83,6 +83,17 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return count
 
 
+def parse_json_line(line: str) -> tuple[dict | None, str | None]:
+    """``(object, None)`` if one line of JSON Lines holds a JSON object, else ``(None, what is wrong)``."""
+    try:
+        record = json.loads(line.rstrip("\r\n"))
+    except json.JSONDecodeError as error:  # "Unterminated string starting at" + " column 12"
+        return None, f"not valid JSON ({error.msg.removesuffix(' at')} at column {error.colno})"
+    if not isinstance(record, dict):
+        return None, f"expected a JSON object, got {type(record).__name__}"
+    return record, None
+
+
 BAD_LINE_POLICIES = ("raise", "skip", "torn-tail")
 """What :func:`read_jsonl_lines` does with a line that is not a JSON object: ``raise`` a ValueError naming
 the file and line (the default: inputs a person or a stage wrote); ``skip`` it, recording its line
@@ -104,11 +115,7 @@ def read_jsonl_lines(path: str | os.PathLike, *, bad_lines: str = "raise",
                 continue
             if pending is not None:
                 raise ValueError(pending)
-            try:
-                record = json.loads(line)
-                problem = None if isinstance(record, dict) else f"expected a JSON object, got {type(record).__name__}"
-            except json.JSONDecodeError as error:
-                problem = f"not valid JSON ({error.msg})"
+            record, problem = parse_json_line(line)
             if problem is None:
                 yield number, record
             elif bad_lines == "raise":

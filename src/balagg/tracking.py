@@ -1,5 +1,11 @@
 """MLflow as a window onto the files: one run per cell, never a reason to stop or slow training.
 
+One run per cell: a retrain from scratch replaces the cell's run, and the run it replaces is deleted
+(MLflow's soft delete: out of the runs table and every search by default, restorable from the
+Deleted filter, tagged ``superseded_by``). Each cell's run carries its six-benchmark peak and last
+Acc@8/Best@8 (:data:`HEADLINE_METRICS`, Table 1's values for one seed), and every campaign's experiment
+holds a saved view of the runs table (:data:`RUNS_VIEW_ID`) that shows them beside the aggregator.
+
 ``Tracker(uri, ...)`` does nothing when ``uri`` is None. Otherwise it starts (or, given a stored run id,
 resumes) one MLflow run, and every later call is best-effort: the first failure logs one warning and
 switches tracking off for the rest of the process, so the files (metrics.jsonl, manifest.json) remain
@@ -134,11 +140,15 @@ def live_cell_runs(mlflow, experiment: str, cell: str) -> list[str]:
 
 
 def supersede(client, run_ids: list[str], new_run_id: str) -> None:
-    """End the earlier runs of a cell explicitly: KILLED, tagged with the run that replaces them."""
+    """End the earlier runs of a cell explicitly (KILLED, tagged with the run that replaces them) and delete
+    them: out of the default view and of every default search, so the cell has one run; MLflow keeps a
+    deleted run restorable until ``mlflow gc``."""
     for run_id in run_ids:
         client.set_tag(run_id, SUPERSEDED_TAG, new_run_id)
         client.set_terminated(run_id, status="KILLED")
-        log.info("MLflow run %s superseded by %s (the cell is retrained from scratch)", run_id, new_run_id)
+        client.delete_run(run_id)
+        log.info("MLflow run %s superseded by %s and deleted (the cell is retrained from scratch)",
+                 run_id, new_run_id)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -158,10 +168,58 @@ EXPERIMENT_TAGS = {
         "One run per grid cell, named model/dataset/aggregator/seedN and tagged model, dataset, aggregator, "
         "seed: filter with e.g. `tags.aggregator = 'balanced-agg'`, group the chart view by the aggregator "
         "tag to compare the aggregators' curves (train metrics per step, eval/<benchmark>/acc_at_8 per "
-        "checkpoint). The run named analysis holds Table 1, Figures 1-3 and the diagnosis."
+        "checkpoint). The view in the Views menu shows each cell's aggregator with its six-benchmark peak and "
+        "last Acc@8 and Best@8 (peak/acc_at_8, ...; Table 1's values for one seed). The run named analysis "
+        "holds Table 1, Figures 1-3 and the diagnosis."
     ),
 }
 """Tags set on every campaign's experiment (at creation and again on every setup)."""
+
+
+HEADLINE_KINDS = ("peak", "last")
+"""Peak: the maximum over evaluated checkpoints after step 0; last: the final evaluated step (Table 1)."""
+
+
+def headline_metric(kind: str, metric: str) -> str:
+    """MLflow name of a six-benchmark headline value: ``peak/acc_at_8``, ``last/best_at_8``."""
+    return f"{kind}/" + benchmarks.tracking_metric(benchmarks.MEAN, metric).rsplit("/", 1)[1]
+
+
+HEADLINE_METRICS = tuple(headline_metric(kind, metric) for kind in HEADLINE_KINDS
+                         for metric in benchmarks.eval_metrics(benchmarks.PAPER_SAMPLES)[:2])
+"""The run metrics the runs table shows: peak and last six-benchmark Acc@8 and Best@8 of the paper's n."""
+
+RUNS_VIEW_ID = "balagg-cells"
+"""The saved view of the runs table in every campaign's experiment (MLflow's "Views" menu; the link
+``#/experiments/<id>/runs?viewStateShareKey=balagg-cells`` opens it): the aggregator and the headline
+metrics as columns, every run in the charts."""
+
+RUNS_VIEW_COLUMNS = ("tags.`aggregator`", *(f"metrics.`{name}`" for name in HEADLINE_METRICS))
+"""The view's columns as MLflow's UI keys them (``<type>.`<key>```, its canonical sort keys), in order,
+right after the run's name, which holds the model, dataset and seed (the UI's default Source, Models and
+Dataset columns are left out: the Columns menu brings any of them back)."""
+
+HEADLINE_DIGITS = 4
+"""Digits of a headline value in MLflow, as Table 1 prints it (the files keep full precision)."""
+
+
+def runs_view_tag(now_ms: int) -> tuple[str, str]:
+    """The experiment tag holding :data:`RUNS_VIEW_ID`, in the envelope MLflow 3's "Save view" writes:
+    ``mlflow.sharedViewState.<id>`` = ``{"name", "createdAt", "updatedAt", "state"}``, ``state`` the page
+    state as JSON (its search facets and UI fields; the ones left out keep the UI's defaults)."""
+    state = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False,
+             "lifecycleFilter": "Active", "selectedColumns": list(RUNS_VIEW_COLUMNS),
+             "columnOrder": ["attributes.`Run Name`", *RUNS_VIEW_COLUMNS], "runsHiddenMode": "SHOW_ALL"}
+    envelope = {"name": "Cells: aggregator, peak and last Acc@8 / Best@8", "createdAt": now_ms,
+                "updatedAt": now_ms, "state": json.dumps(state)}
+    return f"mlflow.sharedViewState.{RUNS_VIEW_ID}", json.dumps(envelope)
+
+
+def _same_view(stored: str | None, wanted: str) -> bool:
+    try:
+        return json.loads(stored)["state"] == json.loads(wanted)["state"]
+    except (TypeError, ValueError, KeyError):
+        return False
 
 
 def _connect(uri: str):
@@ -238,8 +296,11 @@ def setup_experiment(uri: str, experiment: str, artifact_location: str | None = 
                     for key, value in EXPERIMENT_TAGS.items():  # an experiment made before these tags existed
                         if found.tags.get(key) != value:
                             client.set_experiment_tag(found.experiment_id, key, value)
+                    view_key, view = runs_view_tag(int(time.time() * 1000))
+                    if not _same_view(found.tags.get(view_key), view):
+                        client.set_experiment_tag(found.experiment_id, view_key, view)
                 return {"experiment": experiment, "experiment_id": found.experiment_id,
-                        "artifact_location": found.artifact_location, "attempts": attempt}
+                        "artifact_location": found.artifact_location, "attempts": attempt, "view": RUNS_VIEW_ID}
             except Exception as error:  # noqa: BLE001 - retried, then reported
                 if attempt == SETUP_ATTEMPTS:
                     raise
@@ -365,6 +426,36 @@ def log_eval_curve(uri: str, manifest: dict[str, Any], curve_rows: list[dict[str
     return _best_effort("eval logging", uri, action)
 
 
+def final_step(manifest: dict[str, Any]) -> int | None:
+    """The last checkpoint step of a cell's manifest (or of an external checkpoint's record), if it says."""
+    steps = [int(c["step"]) for c in manifest.get("checkpoints") or []]
+    if not steps and isinstance(manifest.get("steps"), dict):
+        steps = [int(step) for step in manifest["steps"]]
+    return max(steps) if steps else None
+
+
+def headline_values(curve_rows: list[dict[str, Any]], last_step: int | None = None) -> dict[str, float]:
+    """:data:`HEADLINE_METRICS` of one cell from its ``eval/curve.csv`` rows (the six-benchmark mean rows),
+    as Table 1 computes them for one seed: the peak over steps after 0 (over every step if 0 is the only
+    one, as for a checkpoint evaluated once) and the value at ``last_step`` (default: the last evaluated
+    step), left out when that step is not evaluated, as is a metric without a finite value."""
+    n = benchmarks.samples_of_columns(curve_rows[0]) if curve_rows else None
+    if n != benchmarks.PAPER_SAMPLES:
+        return {}
+    mean = {int(row["step"]): row for row in curve_rows if row["benchmark"] == benchmarks.MEAN}
+    values = {}
+    for metric in benchmarks.eval_metrics(n)[:2]:
+        series = {step: float(row[metric]) for step, row in mean.items()
+                  if row.get(metric) not in (None, "") and math.isfinite(float(row[metric]))}
+        trained = [value for step, value in series.items() if step > 0] or list(series.values())
+        if trained:
+            values[headline_metric("peak", metric)] = round(max(trained), HEADLINE_DIGITS)
+        last = last_step if last_step is not None else max(mean, default=None)
+        if last in series:
+            values[headline_metric("last", metric)] = round(series[last], HEADLINE_DIGITS)
+    return values
+
+
 def _log_eval_points(mlflow, manifest: dict[str, Any], curve_rows: list[dict[str, Any]]) -> dict[str, Any]:
     run_id = _cell_run_id(mlflow, manifest)
     client = mlflow.MlflowClient()
@@ -376,6 +467,12 @@ def _log_eval_points(mlflow, manifest: dict[str, Any], curve_rows: list[dict[str
                 logged[key] = {point.step for point in client.get_metric_history(run_id, key)}
             if step not in logged[key]:
                 client.log_metric(run_id, key, value, step=step)
+    # the headline values at step 0, logged again only when they change (a re-evaluation): the runs
+    # table shows a metric's latest point, and a later point at step 0 is the latest
+    held = client.get_run(run_id).data.metrics
+    for key, value in headline_values(curve_rows, final_step(manifest)).items():
+        if held.get(key) != value:
+            client.log_metric(run_id, key, value, step=0)
     return {"run_id": run_id, "steps": sorted(metrics)}
 
 

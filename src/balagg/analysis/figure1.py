@@ -5,7 +5,9 @@
 Each bar is averaged over the campaign's training settings (model x dataset); peak and last step are
 taken per setting from the seed-mean curve of that benchmark (as in Table 1). A bar averaged over fewer
 settings than the campaign has carries a ``*`` and the caption names what is missing; a bar with no
-value is marked ``n/a``. Writes ``figure1.png`` and ``figure1.pdf``.
+value is marked ``n/a``, and a bar of height 0 (no sample solved any problem: the tiny world's models on
+LiveCodeBench) is marked ``0``, its benchmark named in the caption when every bar of it is 0. Writes
+``figure1.png`` and ``figure1.pdf``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ def caption(campaign: Campaign, incomplete: bool) -> str:
     return text
 
 
+def zero_lines(data: pd.DataFrame) -> list[str]:
+    """One line per benchmark whose every bar is 0 (so drawn flat, not missing)."""
+    flat = [benchmark for benchmark, rows in data.groupby("benchmark", sort=False)
+            if ((rows.peak == 0) & (rows["last"] == 0)).all()]
+    return [f"{benchmark}: Acc@8 0 at every step for every aggregator and setting (no sample solved a problem); "
+            "its bars are flat at 0" for benchmark in flat]
+
+
 def gap_lines(data: pd.DataFrame) -> list[str]:
     """One line per (aggregator, peak/last, lacking settings): which bars miss which settings."""
     lines = []
@@ -85,11 +95,13 @@ def make_figure(campaign: Campaign) -> Figure:
                 elif n < total:
                     ax.text(xi, value, "*", ha="center", va="bottom", fontsize=9, gid="gap")
                     incomplete = True
+                elif value == 0:
+                    ax.text(xi, 0, "0", ha="center", va="bottom", fontsize=7, gid="zero")
     ax.set_xticks(x, list(benchmarks))
     ax.set_ylabel("Acc@8")
     ax.set_xlabel("benchmark")
     ax.set_title(f"Peak vs last-step Acc@8 ({campaign.name})")
     ax.legend(ncols=len(aggregators), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    notes = "\n".join([caption(campaign, incomplete), *gap_lines(data)])
+    notes = "\n".join([caption(campaign, incomplete), *zero_lines(data), *gap_lines(data)])
     figure.text(0.01, -0.02, notes, fontsize=7, wrap=True, ha="left", va="top", gid="caption")
     return figure

@@ -2,9 +2,11 @@
 
     python analysis/figure2.py --campaign-dir results/X --out results/X/analysis --model Qwen2.5-Math-7B
 
-For one model (``--model``; default the first of the campaign), the mean over seeds of ``pg_loss``
-from ``train/metrics.jsonl``, lightly smoothed (``--smoothing`` logged steps, centred moving average;
-stated in the caption) with the raw mean faint behind. Writes ``figure2.png`` and ``figure2.pdf``.
+For one model (``--model``; default the first of the campaign), as the paper's Figure 2 shows one, the
+mean over seeds of ``pg_loss`` from ``train/metrics.jsonl``, lightly smoothed (``--smoothing`` logged
+steps, centred moving average; stated in the caption) with the raw mean faint behind. In a campaign of
+several models the title and the caption say which one is shown and name the others. Writes
+``figure2.png`` and ``figure2.pdf``.
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ def chosen_model(campaign: Campaign, model: str | None) -> str:
     return model
 
 
-def caption(model: str, smoothing: int) -> str:
-    return f"Policy-gradient loss of {model} over training steps; lines: {smoothing_phrase(smoothing)}."
+def caption(model: str, smoothing: int, models: tuple[str, ...] = ()) -> str:
+    """The figure's caption; ``models``: the campaign's, named when the figure shows one of several."""
+    others = [m for m in models if m != model]
+    shown = (f" (one model of {len(models)}, as in the paper's Figure 2; analysis.figure2_model, or --model, "
+             f"shows another: {', '.join(others)})") if others else ""
+    return f"Policy-gradient loss of {model} over training steps{shown}; lines: {smoothing_phrase(smoothing)}."
 
 
 def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = settings.ANALYSIS.smoothing) -> Figure:
@@ -45,5 +51,8 @@ def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = s
         ax.set_xlabel("training step")
         ax.set_ylabel("policy-gradient loss")
         ax.legend(fontsize=8)
-    figure.text(0.01, -0.02, caption(model, smoothing), fontsize=7, ha="left", va="top", gid="caption")
+    if len(campaign.models) > 1:
+        figure.suptitle(f"{model} only: 1 of the campaign's {len(campaign.models)} models", fontsize=9, gid="scope")
+    figure.text(0.01, -0.02, caption(model, smoothing, campaign.models), fontsize=7, ha="left", va="top",
+                gid="caption")
     return figure

@@ -14,10 +14,17 @@ several seeds the cells read mean ± sample standard deviation. Cells that canno
 ``--paper-values`` (for the paper campaign) puts the published values beside ours with the difference
 (ours - paper); rows match by name ignoring case and punctuation.
 
+``--data-reports`` (prepare-data's reports, ``data/.../{name}.report.json``): a benchmark file that lost
+rows to ``data.on_bad_row: skip`` (an unreadable line, a row without its answer) is named in the notes
+with the rows it lost, since every number on that benchmark is over the rows kept.
+
 ``--checkpoints`` (each external checkpoint's ``checkpoint.json``, its ``eval/curve.csv`` beside) adds a row
 per checkpoint evaluated without training (balagg.checkpoints): dataset ``(checkpoint)``, the checkpoint's
-name as model and its origin (``org/name@revision (commit ...)``, or its folder) as aggregator; peak and
-last over its evaluated steps as for a cell (a single checkpoint is its own peak and last step).
+name as model, ``(evaluated only)`` as aggregator and its origin (``org/name@revision (commit ...)``, or
+its folder) in the ``origin`` column; peak and last over its evaluated steps as for a cell (a single
+checkpoint is its own peak and last step). A table of checkpoints only (an evaluation-only campaign) is
+printed with the columns Checkpoint and Origin instead of Dataset, Model and Aggregator; in a table that
+also has cells, the checkpoints' origins follow the notes.
 """
 
 from __future__ import annotations
@@ -112,8 +119,7 @@ def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
     return table
 
 
-CHECKPOINT_DATASET = "(checkpoint)"
-"""The dataset column of an external checkpoint's row (it was not trained on the campaign's datasets)."""
+from balagg.checkpoints import CHECKPOINT_DATASET, EVALUATED_ONLY  # noqa: E402 - beside their use
 
 
 def checkpoint_row(record_path: Path) -> dict:
@@ -127,8 +133,8 @@ def checkpoint_row(record_path: Path) -> dict:
     record_path = Path(record_path)
     record = json.loads(record_path.read_text())
     row: dict = {c: math.nan for c in PEAK_AND_LAST_COLUMNS}
-    row.update({"dataset": CHECKPOINT_DATASET, "model": record["name"], "aggregator": checkpoints.label(record),
-                "benchmark": MEAN, "n_seeds": 1, "n_seeds_grid": 1, "note": "",
+    row.update({"dataset": CHECKPOINT_DATASET, "model": record["name"], "aggregator": EVALUATED_ONLY,
+                "origin": checkpoints.label(record), "benchmark": MEAN, "n_seeds": 1, "n_seeds_grid": 1, "note": "",
                 "source": record["source"], "revision": record.get("revision"), "commit": record.get("commit")})
     curve = pd.DataFrame(read_curve(record_path.parent / EVAL_DIR / CURVE_FILE))
     mean = curve[curve.benchmark == MEAN].set_index("step").sort_index() if len(curve) else curve
@@ -200,35 +206,84 @@ def _cell_text(row: pd.Series, metric: str, bold: bool, latex: bool) -> str:
     return text
 
 
+def benchmark_file_notes(report_paths) -> list[str]:
+    """One note per benchmark file whose prepare-data report (:class:`balagg.data.prepare.PrepareReport`'s
+    JSON) lists skipped rows: how many of how many, and which (the first three, with file and line).
+    Reports of training sets, and reports that cannot be read, say nothing here."""
+    from balagg.data.prepare import describe_bad_row
+    from balagg.data.sources import SOURCES
+
+    notes = []
+    for path in report_paths:
+        try:
+            report = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        source = SOURCES.get(report.get("source")) if isinstance(report, dict) else None
+        if source is None or source.role != "benchmark" or not report.get("bad_rows"):
+            continue
+        bad = report["bad_rows"]
+        shown = "; ".join(describe_bad_row(b) for b in bad[:3]) + (f"; {len(bad) - 3} more in {path}" if len(bad) > 3 else "")
+        notes.append(f"{report['source']}: {len(bad)} of {report['rows_read']} rows of the benchmark file skipped "
+                     f"(data.on_bad_row: skip), so every value on {report['source']} is over its "
+                     f"{report['written']} remaining problems: {shown}")
+    return notes
+
+
 def _notes(table: pd.DataFrame) -> dict[int, int]:
     """Row index -> note number, for rows with a note."""
     numbered = [i for i, note in table.note.items() if isinstance(note, str) and note]
     return {i: n for n, i in enumerate(numbered, start=1)}
 
 
-def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFrame | None = None) -> str:
+def _checkpoints_only(table: pd.DataFrame) -> bool:
+    return bool(len(table)) and bool((table.dataset == CHECKPOINT_DATASET).all())
+
+
+def _origin_lines(table: pd.DataFrame) -> list[str]:
+    """``name: origin`` of each external checkpoint in a table that also has cells."""
+    if _checkpoints_only(table) or "origin" not in table:
+        return []
+    rows = table[table.dataset == CHECKPOINT_DATASET]
+    return [f"{row.model}: {row.origin}" for row in rows.itertuples(index=False)]
+
+
+def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFrame | None = None,
+                file_notes: list[str] = ()) -> str:
+    """Table 1 in Markdown: the rows, their numbered notes, ``file_notes`` (:func:`benchmark_file_notes`)
+    and the comparison with the paper. A table of external checkpoints only has the columns Checkpoint and
+    Origin in place of Dataset, Model and Aggregator."""
     bold, notes = best_mask(table), _notes(table)
     external = bool((table.dataset == CHECKPOINT_DATASET).any())
+    only = _checkpoints_only(table)
+    keys = "| Checkpoint | Origin | " if only else "| Dataset | Model | Aggregator | "
     lines = [f"# Table 1: {campaign_name}", "",
              "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
              "last: final step. Mean ± sample std over seeds where there are several; (SE): standard error over "
              "problems at that step (balagg.analysis.uncertainty; the peak's is not corrected for choosing the maximum). "
              f"Bold: best per (dataset, model){'; external checkpoints compare among themselves' if external else ''}. "
              f"{GAP}: no honest value (see notes).", "",
-             "| Dataset | Model | Aggregator | " + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
-             "|---|---|---|" + "---:|" * len(VALUE_COLUMNS) + "---:|"]
+             keys + " | ".join(HEADERS[m] for m in VALUE_COLUMNS) + " | Seeds |",
+             ("|---|---|" if only else "|---|---|---|") + "---:|" * len(VALUE_COLUMNS) + "---:|"]
     previous = None
     for i, row in table.iterrows():
-        setting = (row.dataset, row.model)
-        head = ["", ""] if setting == previous else [row.dataset, row.model]
-        previous = setting
-        aggregator = row.aggregator + (f" [{notes[i]}]" if i in notes else "")
+        mark = f" [{notes[i]}]" if i in notes else ""
+        if only:
+            head = [row.model + mark, row.origin]
+        else:
+            setting = (row.dataset, row.model)
+            head = (["", ""] if setting == previous else [row.dataset, row.model]) + [row.aggregator + mark]
+            previous = setting
         values = [_cell_text(row, m, bool(bold.at[i, m]), latex=False) for m in VALUE_COLUMNS]
-        lines.append("| " + " | ".join([*head, aggregator, *values, f"{row.n_seeds}/{row.n_seeds_grid}"]) + " |")
+        lines.append("| " + " | ".join([*head, *values, f"{row.n_seeds}/{row.n_seeds_grid}"]) + " |")
     if notes:
         lines += ["", "Notes:", ""]
-        lines += [f"{n}. {table.at[i, 'model']} / {table.at[i, 'dataset']} / {table.at[i, 'aggregator']}: "
-                  f"{table.at[i, 'note']}" for i, n in notes.items()]
+        lines += [f"{n}. " + (table.at[i, 'model'] if only else f"{table.at[i, 'model']} / {table.at[i, 'dataset']} / "
+                              f"{table.at[i, 'aggregator']}") + f": {table.at[i, 'note']}" for i, n in notes.items()]
+    if _origin_lines(table):
+        lines += ["", "Checkpoints evaluated without training here:", ""] + [f"- {line}" for line in _origin_lines(table)]
+    if file_notes:
+        lines += ["", "Benchmark files:", ""] + [f"- {note}" for note in file_notes]
     if comparison is not None:
         lines += ["", "## Against the paper", "",
                   "Ours − paper, six-benchmark means. Source `paper`: the paper's Table 1; `digest-unconfirmed`: "
@@ -247,26 +302,36 @@ def _tex_escape(text: str) -> str:
     return re.sub(r"([&%$#_{}])", r"\\\1", str(text))
 
 
-def to_latex(table: pd.DataFrame, campaign_name: str) -> str:
+def to_latex(table: pd.DataFrame, campaign_name: str, file_notes: list[str] = ()) -> str:
+    """Table 1 as a LaTeX tabular, with the same notes and columns as :func:`to_markdown`."""
     bold, notes = best_mask(table), _notes(table)
+    only = _checkpoints_only(table)
+    keys = ["Checkpoint", "Origin"] if only else ["Dataset", "Model", "Aggregator"]
     lines = [rf"% Table 1 of campaign {_tex_escape(campaign_name)}, generated by analysis/table1.py",
-             r"\begin{tabular}{lll" + "r" * len(VALUE_COLUMNS) + "}", r"\toprule",
-             rf" & & & \multicolumn{{{len(METRICS)}}}{{c}}{{Peak}} & \multicolumn{{{len(METRICS)}}}{{c}}{{Last step}} \\",
-             r"Dataset & Model & Aggregator & " + " & ".join(metric_label(m) for m in (*METRICS, *METRICS)) + r" \\",
+             r"\begin{tabular}{" + "l" * len(keys) + "r" * len(VALUE_COLUMNS) + "}", r"\toprule",
+             " &" * len(keys) + rf" \multicolumn{{{len(METRICS)}}}{{c}}{{Peak}} & "
+             rf"\multicolumn{{{len(METRICS)}}}{{c}}{{Last step}} \\",
+             " & ".join(keys) + " & " + " & ".join(metric_label(m) for m in (*METRICS, *METRICS)) + r" \\",
              r"\midrule"]
     previous = None
     for i, row in table.iterrows():
-        setting = (row.dataset, row.model)
-        if previous is not None and setting != previous:
-            lines.append(r"\midrule")
-        head = ["", ""] if setting == previous else [_tex_escape(row.dataset), _tex_escape(row.model)]
-        previous = setting
-        aggregator = _tex_escape(row.aggregator) + (rf"$^{{{notes[i]}}}$" if i in notes else "")
+        mark = rf"$^{{{notes[i]}}}$" if i in notes else ""
+        if only:
+            head = [_tex_escape(row.model) + mark, _tex_escape(row.origin)]
+        else:
+            setting = (row.dataset, row.model)
+            if previous is not None and setting != previous:
+                lines.append(r"\midrule")
+            head = ["", ""] if setting == previous else [_tex_escape(row.dataset), _tex_escape(row.model)]
+            head.append(_tex_escape(row.aggregator) + mark)
+            previous = setting
         values = [_cell_text(row, m, bool(bold.at[i, m]), latex=True) for m in VALUE_COLUMNS]
-        lines.append(" & ".join([*head, aggregator, *values]) + r" \\")
+        lines.append(" & ".join([*head, *values]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     lines += [rf"% {n}: {_tex_escape(table.at[i, 'note'])}" for i, n in notes.items()]
-    if notes:
+    extra = [*(f"Evaluated without training here: {line}" for line in _origin_lines(table)), *file_notes]
+    if notes or extra:
         lines.append(r"\par\footnotesize")
         lines += [rf"$^{{{n}}}$ {_tex_escape(table.at[i, 'note'])}\\" for i, n in notes.items()]
+        lines += [rf"{_tex_escape(note)}\\" for note in extra]
     return "\n".join(lines) + "\n"

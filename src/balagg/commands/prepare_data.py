@@ -44,6 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from balagg.data import SOURCES, prepare
+    from balagg.data.prepare import describe_bad_row
     from balagg.data.livecodebench import DEFAULT_WINDOW
 
     if args.list:
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.report, report.to_dict())
     if report.skipped:
         print(f"{args.out}: skipped {report.skipped} bad row(s) of {report.rows_read} (on_bad_row skip), e.g. "
-              f"{report.bad_rows[0]['id']}: {report.bad_rows[0]['reason']}", file=sys.stderr)
+              f"{describe_bad_row(report.bad_rows[0])}", file=sys.stderr)
     if report.unparsable_golds:
         print(f"{args.out}: {len(report.unparsable_golds)} problem(s) whose gold answer the math verifier cannot "
               f"parse, kept (scored incorrect, counted by `balagg score`): "

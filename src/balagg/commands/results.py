@@ -24,14 +24,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def mlflow_command(experiment_record: dict) -> str:
     """The shell command that opens the campaign's experiment in MLflow's UI, on its runs table
-    (``#/experiments/<id>/runs``: MLflow 3 opens ``#/experiments/<id>`` on the GenAI traces overview)."""
+    (``#/experiments/<id>/runs``: MLflow 3 opens ``#/experiments/<id>`` on the GenAI traces overview), in
+    the saved view the set-up wrote (``?viewStateShareKey=``: the cells' aggregator and headline metrics
+    as columns, balagg.tracking.RUNS_VIEW_ID)."""
     uri, experiment_id = experiment_record.get("tracking_uri", ""), experiment_record.get("experiment_id")
     page = f"#/experiments/{experiment_id}/runs" if experiment_id is not None else ""
+    if page and experiment_record.get("view"):
+        page += f"?viewStateShareKey={experiment_record['view']}"
     if uri.startswith(("http://", "https://")):
         return f"open {uri.rstrip('/')}/{page}"
     executable = Path(sys.executable).with_name("mlflow")
     mlflow = str(executable) if executable.is_file() else "mlflow"
     return f"{shlex.quote(mlflow)} ui --backend-store-uri {shlex.quote(uri)}   # then open http://127.0.0.1:5000/{page}"
+
+
+def evaluation_only(analysis: Path) -> bool:
+    """Whether Table 1 holds external checkpoints only (``table1.csv``): a campaign that trains nothing,
+    so Figures 1-3 and the diagnosis, which compare trained cells, do not apply."""
+    import csv
+
+    from balagg.checkpoints import CHECKPOINT_DATASET
+
+    try:
+        with (analysis / "table1.csv").open(newline="") as handle:
+            datasets = [row.get("dataset") for row in csv.DictReader(handle)]
+    except OSError:
+        return False
+    return bool(datasets) and all(dataset == CHECKPOINT_DATASET for dataset in datasets)
 
 
 def results_text(campaign_dir: Path) -> str:
@@ -40,8 +59,12 @@ def results_text(campaign_dir: Path) -> str:
     if not table.is_file():
         raise ValueError(f"{table} not found: the campaign's analysis has not run (snakemake first)")
     lines = [f"Table 1 ({table}):", "", table.read_text().rstrip(), ""]
-    for label, path in [*((f"Figure {n}", analysis / f"figure{n}.png") for n in (1, 2, 3)),
-                        ("Diagnosis", analysis / "diagnosis.md"), ("Report", campaign_dir / "report.html")]:
+    grid_only = [*((f"Figure {n}", analysis / f"figure{n}.png") for n in (1, 2, 3)), ("Diagnosis", analysis / "diagnosis.md")]
+    if evaluation_only(analysis):
+        lines.append(f"{'Figures:':<11} not applicable: an evaluation-only campaign (Figures 1-3 and the diagnosis "
+                     "compare aggregators over training)")
+        grid_only = []
+    for label, path in [*grid_only, ("Report", campaign_dir / "report.html")]:
         lines.append(f"{label + ':':<11} {path}" + ("" if path.is_file() else "   (missing)"))
     record_path = campaign_dir / "mlflow" / "experiment.json"
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}

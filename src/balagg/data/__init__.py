@@ -7,10 +7,10 @@ the command-line front end.
 
 from balagg.data.fields import BadRow, last_boxed
 from balagg.io import read_jsonl, write_json, write_jsonl
-from balagg.data.prepare import BadRowError, PrepareReport, open_rows, prepare
+from balagg.data.prepare import BadRowError, PrepareReport, open_rows, prepare, read_source
 from balagg.data.sources import SOURCES, Source, get_source
 
 __all__ = [
     "SOURCES", "BadRow", "BadRowError", "PrepareReport", "Source",
-    "get_source", "last_boxed", "open_rows", "prepare", "read_jsonl", "write_json", "write_jsonl",
+    "get_source", "last_boxed", "open_rows", "prepare", "read_jsonl", "read_source", "write_json", "write_jsonl",
 ]

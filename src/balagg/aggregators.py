@@ -62,7 +62,8 @@ class Aggregator:
     parameters: tuple[RuleParameter, ...] = ()
     """The rule parameters its weights read."""
     verl_estimator: bool = True
-    """The verl plug-in offers it as an advantage estimator (:mod:`balagg.integrations.verl`)."""
+    """The verl plug-in offers it as an advantage estimator (:mod:`balagg.integrations.verl`; the constant
+    length of ``dr-grpo`` and ``delta-l-norm`` is then verl's padded width, ``rollout.response_length``)."""
     reference: str = ""
     """Where the rule is published: paper and code."""
 

@@ -108,11 +108,21 @@ def _first_token_values(token_values: torch.Tensor, response_mask: torch.Tensor)
     return torch.where(response_mask.sum(-1) > 0, values, torch.zeros_like(values))
 
 
+ALPHA_KEY = "balagg_alpha"
+"""The ``algorithm`` config key of delta-l-norm's alpha (``+algorithm.balagg_alpha=0.75``; default
+:data:`balagg.aggregators.ALPHA`)."""
+
+
 def fold_rule_weights(
-    advantages: torch.Tensor, response_mask: torch.Tensor, index: Any, rule: str
+    advantages: torch.Tensor, response_mask: torch.Tensor, index: Any, rule: str, alpha: float | None = None
 ) -> torch.Tensor:
     """Token-level advantages [B, T] times ``w_i * B``, where w_i is ``rule``'s weight of response i
     (at the rule's default scope, groups from ``index``, lengths from ``response_mask``).
+
+    The rules with a constant length (``dr-grpo``, ``delta-l-norm``) and ``seq-mean-token-sum-norm`` take
+    it from the batch's padded width, ``response_mask.shape[-1]``: verl's rollouts pad every response to
+    ``rollout.response_length``, the generation budget (the width verl's own ``seq-mean-token-sum-norm``
+    divides by, and the one the ΔL authors' code divides by). ``alpha``: delta-l-norm's exponent.
 
     Reduced by the ``balagg`` policy loss over a mini-batch of M responses the loss is then
     ``(B / M) sum_i w_i sum_t l_it`` (module docstring)."""
@@ -123,7 +133,9 @@ def fold_rule_weights(
     record = aggregator(rule)
     lengths = response_mask.sum(-1)
     scalar = _first_token_values(advantages, response_mask)
-    weights = aggregation_weights(record.name, lengths, scalar, list(index), scope=record.default_scope)
+    width = advantages.shape[-1]
+    weights = aggregation_weights(record.name, lengths, scalar, list(index), scope=record.default_scope,
+                                  max_length=width, padded_width=width, alpha=alpha)
     scale = (weights.to(torch.float64) * advantages.shape[0]).to(advantages.dtype)
     return advantages * scale.unsqueeze(-1)
 
@@ -139,9 +151,10 @@ def compute_balagg_advantage(
     """verl's GRPO advantages with ``rule``'s weights folded in (the ``balagg-<rule>`` estimators).
 
     ``index`` is verl's ``uid`` array (one group per prompt); ``config`` is verl's ``AlgoConfig``, read for
-    ``norm_adv_by_std_in_grpo``. Returns (advantages, returns), both the folded advantages as verl's GRPO
+    ``norm_adv_by_std_in_grpo`` and :data:`ALPHA_KEY`. Returns (advantages, returns), both the folded advantages as verl's GRPO
     returns them twice."""
     norm_by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
+    alpha = None if config is None else config.get(ALPHA_KEY, None)
     advantages, _ = core_algos.compute_grpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
@@ -149,7 +162,7 @@ def compute_balagg_advantage(
         norm_adv_by_std_in_grpo=norm_by_std,
         config=config,
     )
-    folded = fold_rule_weights(advantages, response_mask, index, rule)
+    folded = fold_rule_weights(advantages, response_mask, index, rule, alpha=None if alpha is None else float(alpha))
     return folded, folded
 
 

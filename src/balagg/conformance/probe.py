@@ -75,6 +75,9 @@ class RankStep:
     packed: bool
     distributed: bool
     """a gloo process group is initialised (the engine may all-reduce over it)"""
+    order: torch.Tensor
+    """[B] the whole step's rows in the order the engine receives them (before sharding: what a trainer
+    that normalises a mini-batch on its driver sees)"""
 
     @property
     def global_rows(self) -> int:
@@ -102,7 +105,7 @@ def rank_step(batch: Batch, layout: Layout, rank: int, leaf: torch.Tensor, distr
         micro.append(MicroBatch(rows=rows, log_prob=leaf[rows], old_log_prob=leaf.detach()[rows].clone(),
                                 advantages=batch.advantages[rows].clone(), mask=mask[rows].clone(),
                                 group_ids=batch.group_ids[rows].clone()))
-    return RankStep(rank, layout.ranks, micro, batch, width, layout.packed, distributed)
+    return RankStep(rank, layout.ranks, micro, batch, width, layout.packed, distributed, layout.row_order(batch))
 
 
 def _leaf(batch: Batch, layout: Layout) -> torch.Tensor:
@@ -158,8 +161,9 @@ def _rank_worker(rank: int, ranks: int, init_file: str, adapter: Any, jobs: list
             dist.all_reduce(gradient)
             gradient /= ranks
             if rank == 0:
-                results.put((key, None if failed.item() else gradient, error or ("failed on another rank"
-                                                                                  if failed.item() else "")))
+                # plain lists: a tensor would travel as shared memory that dies with this process
+                results.put((key, None if failed.item() else gradient.tolist(),
+                             error or ("failed on another rank" if failed.item() else "")))
     except Exception:
         if rank == 0:
             results.put((None, None, traceback.format_exc().strip().splitlines()[-1]))
@@ -197,7 +201,8 @@ def measure_distributed(adapter: Any, jobs: list[tuple[Any, Any, Batch, Layout]]
                             for k, _, _, _ in jobs if k not in out} | out
                 if key is None:
                     return {k: f"the {ranks}-rank run failed: {error}" for k, _, _, _ in jobs}
-                out[key] = error if gradient is None else read_weights(gradient, batches[key])
+                out[key] = error if gradient is None else read_weights(
+                    torch.tensor(gradient, dtype=torch.float64), batches[key])
         finally:
             for process in processes:
                 process.join(timeout=30)

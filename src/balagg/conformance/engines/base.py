@@ -57,6 +57,10 @@ class Adapter:
     fake: bool = False
     """a deliberately built engine of the self-check, not a real one"""
 
+    def __getstate__(self) -> dict[str, Any]:
+        """An adapter travels to the gloo ranks unloaded (each rank calls :meth:`load`)."""
+        return {}
+
     def version(self) -> str:
         if not self.distribution:
             return "-"

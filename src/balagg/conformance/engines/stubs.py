@@ -122,23 +122,21 @@ def inert_modules(names: Iterable[str]) -> list[str]:
 
 
 def bare_packages(names: Iterable[str]) -> None:
-    """Make each dotted package importable without executing its ``__init__`` (its parents as well)."""
+    """Make each dotted package, and every package above it not yet imported, importable without executing
+    its ``__init__`` (an engine's package ``__init__`` that pulls in its whole trainer)."""
     for name in names:
-        if name in sys.modules:
-            continue
         parts = name.split(".")
         for depth in range(1, len(parts) + 1):
             package = ".".join(parts[:depth])
             if package in sys.modules:
                 continue
-            if depth < len(parts) and package != name:
-                importlib.import_module(package)
-                continue
-            spec = importlib.util.find_spec(package)
+            parent = sys.modules[".".join(parts[:depth - 1])].__path__ if depth > 1 else None
+            spec = importlib.machinery.PathFinder.find_spec(package, parent)
             if spec is None or spec.submodule_search_locations is None:
                 raise ModuleNotFoundError(f"no package {package}")
             module = types.ModuleType(package)
             module.__path__ = list(spec.submodule_search_locations)
             module.__spec__ = spec
             module.__file__ = spec.origin
+            module.__package__ = package
             sys.modules[package] = module

@@ -10,7 +10,7 @@ from balagg.conformance.probe import Measurement, measure, measure_distributed
 
 def _result(adapter: Adapter, option: Option) -> OptionResult:
     return OptionResult(adapter.name, adapter.version(), option.option, option.setting, option.claims, option.issues,
-                        fake=adapter.fake)
+                        option.note, fake=adapter.fake)
 
 
 def check_engine(adapter: Adapter, batches: list[Batch], options: list[Option] | None = None,

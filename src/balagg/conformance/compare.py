@@ -102,6 +102,7 @@ class OptionResult:
     setting: str
     claims: str | None
     issues: tuple[str, ...]
+    note: str = ""
     error: str = ""
     """one line when the engine's code could not run (then nothing is claimed)"""
     layouts: list[str] = field(default_factory=list)
@@ -161,6 +162,8 @@ class OptionResult:
             measured = self.match if self.match != "none" else "no rule of the registry"
             line = (f"claims {self.claims} but equals {measured}: off by up to {self.largest_deviation:.3g} "
                     f"with {'; '.join(off)}")
+            if self.note:
+                line += f" ({self.note})"
             if self.issues:
                 line += "; see " + ", ".join(self.issues)
             out.append(line)

@@ -33,6 +33,8 @@ class Option:
     """the balagg rule the option's name and docs promise (None: no promise to check)"""
     issues: tuple[str, ...] = ()
     """the engine's issues about this option, named in a finding when the measurement deviates"""
+    note: str = ""
+    """what a reader of a finding needs to know about the setting (added to the finding)"""
     values: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     """what the adapter needs to run it"""
 

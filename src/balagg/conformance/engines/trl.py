@@ -83,8 +83,10 @@ class TRLEngine(Adapter):
 
     def options(self) -> list[Option]:
         issues = {"dapo": ("TRL#6439",)}
-        options = [Option(f"loss_type={loss}", claims=claim, issues=issues.get(loss, ()), values={"loss_type": loss})
-                   for loss, claim in CLAIMS.items()]
+        notes = {"cispo": "epsilon_high defaults to epsilon, 0.2, which caps every token's weight; TRL's docs "
+                          "recommend 5.0 for cispo"}
+        options = [Option(f"loss_type={loss}", claims=claim, issues=issues.get(loss, ()), note=notes.get(loss, ""),
+                          values={"loss_type": loss}) for loss, claim in CLAIMS.items()]
         # cispo caps each token's IS weight at epsilon_high, which defaults to epsilon (0.2); TRL's docs
         # recommend 5.0 for it (ScaleRL)
         options.append(Option("loss_type=cispo", "epsilon_high=5.0", claims="token-agg",

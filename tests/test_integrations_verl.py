@@ -403,8 +403,9 @@ def test_fold_uses_verls_grpo_and_aggregation_weights():
 
 def test_constant_length_rules_take_verls_padded_width_and_alpha_from_the_algorithm_config():
     """dr-grpo, seq-mean-token-sum-norm and delta-l-norm divide by the batch's padded width (verl pads
-    rollouts to rollout.response_length); dr-grpo through the plug-in is verl's own seq-mean-token-sum-norm
-    on GRPO advantages, and delta-l-norm reads its alpha from ``algorithm.balagg_alpha``."""
+    rollouts to rollout.response_length) unless ``algorithm.balagg_max_length`` is set; dr-grpo through the
+    plug-in is then verl's own seq-mean-token-sum-norm on GRPO advantages, and delta-l-norm reads its alpha
+    from ``algorithm.balagg_alpha``."""
     batch = make_batch(11)
     plain = grpo_advantages(batch)
     for layout in ("dp2-fixed4", "dp1-dynamic"):
@@ -423,6 +424,11 @@ def test_constant_length_rules_take_verls_padded_width_and_alpha_from_the_algori
                                   alpha=0.75)
     torch.testing.assert_close(folded, plain * (weights * len(lengths)).unsqueeze(-1), rtol=1e-12, atol=0)
     assert not torch.allclose(folded, plugin_advantages(batch, "delta-l-norm"))  # alpha 1 by default
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, plugin.MAX_LENGTH_KEY: 40})
+    folded, _ = plugin.ESTIMATORS[plugin.estimator_name("dr-grpo")](
+        batch["token_level_rewards"], batch["mask"].double(), batch["uid"], config=config)
+    weights = aggregation_weights("dr-grpo", lengths, scalar, list(batch["uid"]), max_length=40)
+    torch.testing.assert_close(folded, plain * (weights * len(lengths)).unsqueeze(-1), rtol=1e-12, atol=0)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ class Aggregator:
     """The rule parameters its weights read."""
     verl_estimator: bool = True
     """The verl plug-in offers it as an advantage estimator (:mod:`balagg.integrations.verl`; the constant
-    length of ``dr-grpo`` and ``delta-l-norm`` is then verl's padded width, ``rollout.response_length``)."""
+    length of ``dr-grpo`` and ``delta-l-norm`` is then verl's padded width, ``rollout.response_length``).
+    Not the micro-batch rules: an estimator sees the batch, not how the actor will cut it."""
     reference: str = ""
     """Where the rule is published: paper and code."""
 
@@ -81,7 +82,7 @@ AGGREGATORS: tuple[Aggregator, ...] = (
                verl_aliases=("token-mean",),
                reference="Yu et al. 2025 (DAPO, arXiv 2503.14476); verl loss_agg_mode=token-mean"),
     Aggregator("token-agg-microbatch", "mean of micro-batch token means (verl's legacy FSDP token-mean; "
-               "TRL's bnpo)", default_scope="batch", needs_micro_batches=True, aliases=("bnpo",),
+               "TRL's bnpo)", default_scope="batch", needs_micro_batches=True, aliases=("bnpo",), verl_estimator=False,
                reference="verl dp_actor before verl#6067 (verl#5625); TRL loss_type=bnpo"),
     Aggregator("balanced-agg", "token mean inside each advantage sign, sides weighted k/G and (G-k)/G "
                "(the paper's BA)", reference="the paper"),

@@ -38,7 +38,8 @@ class Candidate:
     def label(self) -> str:
         record = _record(self.rule)
         text = self.rule if self.scope == record.default_scope else f"{self.rule} @{self.scope}"
-        return text if self.alpha is None else f"{text} (alpha={self.alpha:g})"
+        default = next((p.default for p in record.parameters if p.name == "alpha"), None)
+        return text if self.alpha is None or self.alpha == default else f"{text} (alpha={self.alpha:g})"
 
     def weights(self, batch: Batch, layout: Layout) -> torch.Tensor:
         return aggregation_weights(self.rule, batch.lengths, batch.advantages, batch.group_ids, scope=self.scope,
@@ -114,6 +115,11 @@ class OptionResult:
     fake: bool = False
 
     @property
+    def label(self) -> str:
+        """The option with its setting, as the report names it."""
+        return self.option if self.setting == "default" else f"{self.option} ({self.setting})"
+
+    @property
     def matches(self) -> list[str]:
         """Labels of the candidates it equals on every layout that ran (registry order)."""
         if self.error:
@@ -168,7 +174,7 @@ class OptionResult:
                 line += "; see " + ", ".join(self.issues)
             out.append(line)
         broken = [name for name, holds in self.invariances.items() if holds is False]
-        if broken and not out:
+        if broken and not out and not self.conforms:  # a conforming option has its rule's invariances
             out.append("depends on the " + ", ".join(broken) + " split"
                        + ("; see " + ", ".join(self.issues) if self.issues else ""))
         return out

@@ -138,7 +138,8 @@ def report_markdown(table: list[dict[str, str]], unavailable: list[str]) -> str:
 
 def figure(table: list[dict[str, str]], path: Path) -> bool:
     """One heat map: engine options x rules, the deviation from each rule (green: equal), the claimed
-    rule outlined. Returns False when matplotlib is not installed (the engines' environments lack it)."""
+    rule outlined. Returns False when matplotlib is not installed (the engines' environments lack it) or
+    nothing ran."""
     try:
         import matplotlib
 
@@ -150,6 +151,8 @@ def figure(table: list[dict[str, str]], path: Path) -> bool:
         return False
     rules = [rule.name for rule in AGGREGATORS]
     ran = [row for row in table if row["equals"] != "not run"]
+    if not ran:
+        return False
     values = [[float(row[f"deviation:{rule}"]) if row[f"deviation:{rule}"] not in ("-", "inf") else 10.0
                for rule in rules] for row in ran]
     values = [[min(max(v, 1e-16), 10.0) for v in line] for line in values]

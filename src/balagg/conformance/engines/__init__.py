@@ -26,6 +26,9 @@ FAKES: dict[str, str] = {"fake": "balagg.conformance.engines.fake:FakeEngine"}
 NOT_ON_THE_INDEX: dict[str, str] = {
     "roll": "roll: not on the package index (the index's 'roll' is an unrelated project; Alibaba's ROLL is "
             "alibaba/ROLL on GitHub), so it is not checked; its agg_loss follows verl's mode names",
+    "delta-l-normalization": "delta-l-normalization: ΔL Normalization's reference code is a verl fork "
+                             "(zerolllin/Delta-L-Normalization), not on the package index; its arithmetic is "
+                             "restated step by step in tests/test_aggregation.py",
 }
 
 __all__ = ["Adapter", "EngineUnavailable", "Option", "ENGINES", "FAKES", "NOT_ON_THE_INDEX", "adapter"]

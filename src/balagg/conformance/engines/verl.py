@@ -11,6 +11,10 @@ Settings:
   loss goes to ``backward`` as it is (the engine sums micro-batches), FSDP averages the ranks.
 - ``loss_scale_factor=budget`` (``seq-mean-token-sum-norm`` only): the same with the constant set, as
   verl's docs advise for Dr. GRPO.
+- ``balagg plug-in``: balagg's own verl plug-in (:mod:`balagg.integrations.verl`): the ``balagg-<rule>``
+  advantage estimator folds the rule's weights into verl's GRPO advantages over the whole batch (the
+  driver's view; ``balagg_max_length`` = the budget), and the engine workers' ``ppo_loss`` runs the
+  ``balagg`` policy loss. Each claims its rule.
 - ``without batch info``: the registered ``vanilla`` policy loss with an empty ``global_batch_info``, so
   ``agg_loss`` falls back to the micro-batch's own counts, and the loss scaled by 1 / gradient accumulation
   before ``backward``: the arithmetic of verl's legacy FSDP worker (``dp_actor.update_policy``, removed in
@@ -67,16 +71,41 @@ class VerlEngine(Adapter):
         for mode, claim in CLAIMS.items():
             options.append(Option(f"loss_agg_mode={mode}", "without batch info", claim, ISSUES.get(mode, ()),
                                   values={"mode": mode, "path": "no-info"}))
+        from balagg.aggregators import AGGREGATORS
+
+        for rule in AGGREGATORS:
+            if rule.verl_estimator:
+                setting = "balagg plug-in" + (", balagg_max_length=budget" if rule.needs_max_length else "")
+                options.append(Option(f"adv_estimator=balagg-{rule.name}", setting, rule.name,
+                                      values={"mode": "token-mean", "path": "engine", "plugin": rule.name}))
         return options
+
+    def _plugin_advantages(self, option: Option, step: RankStep) -> dict[int, torch.Tensor]:
+        """Each row's advantages [W] as the plug-in's estimator folds them over the whole batch."""
+        from balagg.integrations import verl as plugin
+
+        order = step.order
+        mask = step.batch.mask(step.width)[order]
+        advantages = step.batch.advantages[order][:, None] * mask
+        uids = [f"p{int(g)}" for g in step.batch.group_ids[order]]
+        folded = plugin.fold_rule_weights(advantages, mask, uids, option.values["plugin"],
+                                          max_length=step.batch.budget)
+        return {int(row): folded[index] for index, row in enumerate(order)}
 
     def _config(self, option: Option, step: RankStep) -> Any:
         rows = step.micro_batches[0].mask.shape[0]
         group = int((step.batch.group_ids == 0).sum())
         scale = step.batch.budget if option.values.get("scale") == "budget" else None
+        extra = {}
+        if "plugin" in option.values:
+            from balagg.integrations import verl as plugin  # registers the estimators and the policy loss
+
+            PolicyLossConfig = self.import_module("verl.workers.config.actor").PolicyLossConfig
+            extra["policy_loss"] = PolicyLossConfig(loss_mode=plugin.POLICY_LOSS)
         return self.ActorConfig(strategy="fsdp", ppo_mini_batch_size=step.batch.size // group,
                                 ppo_micro_batch_size_per_gpu=rows, rollout_n=group,
                                 loss_agg_mode=option.values["mode"], clip_ratio_low=0.2, clip_ratio_high=0.28,
-                                clip_ratio_c=3.0, loss_scale_factor=scale)
+                                clip_ratio_c=3.0, loss_scale_factor=scale, **extra)
 
     def run_rank(self, option: Option, step: RankStep) -> None:
         config = self._config(option, step)
@@ -88,6 +117,8 @@ class VerlEngine(Adapter):
                                            option.values["mode"], config, None)
                 (loss / len(step.micro_batches)).backward()
             return
+        if "plugin" in option.values:
+            folded = self._plugin_advantages(option, step)
         tokens = torch.stack([micro.mask.sum() for micro in step.micro_batches]).sum()
         if step.distributed:  # FSDPEngine.forward_backward_batch: all_reduce over the dp group
             import torch.distributed as dist
@@ -104,7 +135,8 @@ class VerlEngine(Adapter):
                 "attention_mask": torch.cat([torch.ones(rows, PROMPT, dtype=torch.long), micro.mask.long()], dim=1),
                 "response_mask": micro.mask.long(),
                 "old_log_probs": micro.old_log_prob,
-                "advantages": micro.advantages[:, None] * micro.mask,
+                "advantages": (torch.stack([folded[int(row)] for row in micro.rows]) if "plugin" in option.values
+                               else micro.advantages[:, None] * micro.mask),
             }, batch_size=[rows])
             self.tu.assign_non_tensor(data, dp_size=step.ranks, batch_num_tokens=int(tokens.item()),
                                       global_batch_size=step.batch.size)

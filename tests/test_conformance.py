@@ -149,7 +149,7 @@ def test_an_engine_that_is_not_installed_is_one_line_and_nothing_is_claimed(tmp_
                                       record=None, check=None, docs=None)
     assert command.run(args) == 2
     assert report.read_csv(tmp_path / "conformance.csv") == []
-    assert "ghost: not installed (pip install ghost-engine==1.0)" in (tmp_path / "conformance.md").read_text()
+    assert "ghost: not installed; pip install ghost-engine==1.0" in (tmp_path / "conformance.md").read_text()
 
 
 def test_a_changed_loss_signature_is_one_line():

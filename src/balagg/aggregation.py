@@ -299,7 +299,8 @@ def _weight_function(rule: str) -> Callable[[Groups], torch.Tensor]:
     return GROUP_WEIGHTS[record.weights_of or record.name]
 
 
-_UNWEIGHTED = {rule for rule in RULES if aggregator(rule).weights_of is None} - set(MICRO_BATCH_RULES) - set(GROUP_WEIGHTS)
+_OWN_WEIGHTS = {rule for rule in RULES if aggregator(rule).weights_of is None}
+_UNWEIGHTED = _OWN_WEIGHTS - set(MICRO_BATCH_RULES) - set(GROUP_WEIGHTS)
 if _UNWEIGHTED:
     raise ImportError(f"balagg.aggregation has no weights for the registered rules {sorted(_UNWEIGHTED)}")
 

@@ -158,7 +158,8 @@ def compute_balagg_advantage(
     """verl's GRPO advantages with ``rule``'s weights folded in (the ``balagg-<rule>`` estimators).
 
     ``index`` is verl's ``uid`` array (one group per prompt); ``config`` is verl's ``AlgoConfig``, read for
-    ``norm_adv_by_std_in_grpo``, :data:`ALPHA_KEY` and :data:`MAX_LENGTH_KEY`. Returns (advantages, returns), both the folded advantages as verl's GRPO
+    ``norm_adv_by_std_in_grpo``, :data:`ALPHA_KEY` and :data:`MAX_LENGTH_KEY`.
+    Returns (advantages, returns), both the folded advantages as verl's GRPO
     returns them twice."""
     norm_by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
     alpha = None if config is None else config.get(ALPHA_KEY, None)

@@ -25,7 +25,6 @@ from types import SimpleNamespace
 import torch
 
 from balagg.conformance.engines.base import Adapter, Option
-from balagg.conformance.engines.stubs import bare_packages, inert_modules
 from balagg.conformance.probe import RankStep
 
 STUBS = ("aiofiles", "einops", "hydra", "lark", "numba", "omegaconf", "orjson", "ray", "torchdata", "uvloop",
@@ -46,17 +45,11 @@ class ArealEngine(Adapter):
     name = "areal"
     distribution = "areal"
     pinned = "1.0.4"
-    install = "pip install --no-deps areal==1.0.4 (.ci/engine-conformance builds that environment)"
+    install = "pip install --no-deps areal==1.0.4 numpy (its loss code needs no more)"
     packs = True
 
     def load(self) -> None:
-        if self.version() == "-":
-            raise self.unavailable(f"not installed ({self.install})")
-        inert_modules(STUBS)
-        try:
-            bare_packages(BARE)
-        except Exception as error:
-            raise self.unavailable(f"its packages do not import: {type(error).__name__}: {error}") from None
+        self.prepare_imports(STUBS, BARE)
         functional = self.import_module("areal.utils.functional.functional")
         self.loss_fn = self.require(functional, "ppo_actor_loss_fn",
                                     ("logprobs", "proximal_logprobs", "old_logprobs", "advantages", "eps_clip",

@@ -53,7 +53,7 @@ class Adapter:
     pinned: str = ""
     """the version the adapter is written against"""
     install: str = ""
-    """what to run to install it"""
+    """what to run to install it (a line a user can follow)"""
     packs: bool = False
     """its loss takes packed rows"""
     fake: bool = False
@@ -92,12 +92,26 @@ class Adapter:
             return importlib.import_module(module)
         except ModuleNotFoundError as error:
             if self.version() == "-":
-                raise self.unavailable(f"not installed ({self.install})") from None
-            raise self.unavailable(f"{module} does not import: {error} (install what it needs, or "
-                                   f"{self.install})") from None
+                raise self.unavailable(f"not installed; {self.install}") from None
+            raise self.unavailable(f"{module} does not import: {error}; install what it needs, or "
+                                   f"{self.install}") from None
         except Exception as error:  # an engine that imports something broken: one line
             raise self.unavailable(f"{module} does not import: {type(error).__name__}: {error}".splitlines()[0]) \
                 from None
+
+    def prepare_imports(self, stubs: Sequence[str] = (), bare: Sequence[str] = ()) -> None:
+        """Before importing an engine installed without its dependencies: check it is installed, serve the
+        modules it imports but never uses by inert stubs, skip the package ``__init__``s in ``bare``
+        (:mod:`balagg.conformance.engines.stubs`)."""
+        from balagg.conformance.engines.stubs import bare_packages, inert_modules
+
+        if self.version() == "-":
+            raise self.unavailable(f"not installed; {self.install}")
+        inert_modules(stubs)
+        try:
+            bare_packages(bare)
+        except Exception as error:
+            raise self.unavailable(f"its packages do not import: {type(error).__name__}: {error}") from None
 
     def require(self, module: Any, function: str, parameters: Sequence[str]) -> Callable[..., Any]:
         """``module.function``, checked to take ``parameters``: a changed loss signature is one line."""

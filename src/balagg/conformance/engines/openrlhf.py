@@ -19,7 +19,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from balagg.conformance.engines.base import Adapter, Option
-from balagg.conformance.engines.stubs import bare_packages, inert_modules
 from balagg.conformance.probe import RankStep
 
 STUBS = ("deepspeed",)
@@ -29,16 +28,10 @@ class OpenRLHFEngine(Adapter):
     name = "openrlhf"
     distribution = "openrlhf"
     pinned = "0.11.2"
-    install = "pip install --no-deps openrlhf==0.11.2 (.ci/engine-conformance builds that environment)"
+    install = "pip install --no-deps openrlhf==0.11.2 (its loss code needs torch only)"
 
     def load(self) -> None:
-        if self.version() == "-":
-            raise self.unavailable(f"not installed ({self.install})")
-        inert_modules(STUBS)
-        try:
-            bare_packages(["openrlhf.models", "openrlhf.utils"])
-        except Exception as error:
-            raise self.unavailable(f"its packages do not import: {type(error).__name__}: {error}") from None
+        self.prepare_imports(STUBS, ["openrlhf.models", "openrlhf.utils"])
         loss = self.import_module("openrlhf.models.loss")
         self.PolicyLoss = loss.PolicyLoss
         self.require(loss, "PolicyLoss.forward", ("log_probs", "old_log_probs", "advantages", "action_mask",
@@ -55,7 +48,8 @@ class OpenRLHFEngine(Adapter):
         return options
 
     def run_rank(self, option: Option, step: RankStep) -> None:
-        policy_loss = self.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28, token_level_loss=option.values["token_level"])
+        policy_loss = self.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28,
+                                      token_level_loss=option.values["token_level"])
         gas = len(step.micro_batches)
         if option.values["window"]:
             pairs = self.window(iter(step.micro_batches), SimpleNamespace(), gas, lambda micro: micro.mask)

@@ -16,7 +16,6 @@ where not installed.
 from __future__ import annotations
 
 from balagg.conformance.engines.base import Adapter, Option
-from balagg.conformance.engines.stubs import bare_packages, inert_modules
 from balagg.conformance.probe import RankStep
 
 CLAIMS = {"token_mean": "token-agg", "token_mean_legacy": "token-agg-microbatch", "sequence_mean": "seq-agg",
@@ -32,16 +31,10 @@ class SkyRLEngine(Adapter):
     name = "skyrl"
     distribution = "skyrl"
     pinned = "0.4.0"
-    install = "pip install --no-deps skyrl==0.4.0 (.ci/engine-conformance builds that environment)"
+    install = "pip install --no-deps --ignore-requires-python skyrl==0.4.0 numpy pyyaml (its loss code needs no more)"
 
     def load(self) -> None:
-        if self.version() == "-":
-            raise self.unavailable(f"not installed ({self.install})")
-        inert_modules(STUBS)
-        try:
-            bare_packages(["skyrl.backends.skyrl_train.utils", "skyrl.train", "skyrl.train.dataset"])
-        except Exception as error:
-            raise self.unavailable(f"its packages do not import: {type(error).__name__}: {error}") from None
+        self.prepare_imports(STUBS, ["skyrl.backends.skyrl_train.utils", "skyrl.train", "skyrl.train.dataset"])
         ppo_utils = self.import_module("skyrl.backends.skyrl_train.utils.ppo_utils")
         self.normalise = self.require(ppo_utils, "apply_loss_reduction_to_advantages_minibatch",
                                       ("advantages", "loss_mask", "loss_reduction", "micro_batch_size", "max_seq_len",

@@ -68,7 +68,7 @@ class TRLEngine(Adapter):
     name = "trl"
     distribution = "trl"
     pinned = "1.16.0"
-    install = "pip install 'balagg[train]' (trl==1.16.0)"
+    install = "pip install 'balagg[train]', which brings trl==1.16.0"
 
     def load(self) -> None:
         module = self.import_module("trl.trainer.grpo_trainer")

@@ -47,7 +47,7 @@ class VerlEngine(Adapter):
     name = "verl"
     distribution = "verl"
     pinned = "0.9.1"
-    install = "pip install 'balagg[verl]' (verl==0.9.1, its own environment: .ci/verl-tests)"
+    install = "pip install 'balagg[verl]' in an environment of its own (verl 0.9.1 pins an older transformers)"
 
     def load(self) -> None:
         core_algos = self.import_module("verl.trainer.ppo.core_algos")

@@ -116,6 +116,8 @@ def test_trls_loss_types_equal_the_registrys_rules():
     assert results["loss_type=cispo"].largest_deviation == pytest.approx(0.8)  # capped at epsilon = 0.2
     for result in results.values():
         assert not result.error and result.invariances["data-parallel"] is True
+    # what docs/conformance.md says of TRL is what this run measures
+    assert report.differences(report.rows(results.values()), report.read_csv(ROOT / "docs" / "conformance.csv")) == []
 
 
 # --- bad input ----------------------------------------------------------------------------------------------

@@ -155,17 +155,20 @@ def figure(table: list[dict[str, str]], path: Path) -> bool:
         return False
     values = [[float(row[f"deviation:{rule}"]) if row[f"deviation:{rule}"] not in ("-", "inf") else 10.0
                for rule in rules] for row in ran]
-    values = [[min(max(v, 1e-16), 10.0) for v in line] for line in values]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * len(rules), 1.2 + 0.32 * len(ran)))
-    image = ax.imshow(values, cmap="RdYlGn_r", norm=LogNorm(vmin=1e-12, vmax=1.0), aspect="auto")
+    equal_shade = 1e-6  # every deviation within TOLERANCE is drawn as equal
+    values = [[equal_shade if v <= TOLERANCE else min(v, 10.0) for v in line] for line in values]
+    labels = [f"{row['engine']} {_label(row)}" for row in ran]
+    width = 2.5 + 0.42 * len(rules) + 0.065 * max(len(label) for label in labels)
+    fig, ax = plt.subplots(figsize=(width, 2.0 + 0.3 * len(ran)))
+    image = ax.imshow(values, cmap="RdYlGn_r", norm=LogNorm(vmin=equal_shade, vmax=1.0), aspect="auto")
     ax.set_xticks(range(len(rules)), rules, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(len(ran)), [f"{row['engine']} {_label(row)}" for row in ran], fontsize=7)
+    ax.set_yticks(range(len(ran)), labels, fontsize=7)
     for y, row in enumerate(ran):
         if row["claims"] in rules:
             x = rules.index(row["claims"])
             ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
-    fig.colorbar(image, ax=ax, label="largest relative deviation of the weights")
-    ax.set_title("Which rule each engine option equals (green); outlined: the rule its name claims", fontsize=9)
+    fig.colorbar(image, ax=ax, label=f"largest relative deviation of the weights (<= {TOLERANCE:g}: equal)")
+    ax.set_title("Which rule each engine option equals (green)\noutlined: the rule its name claims", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from balagg.aggregators import ALPHA, NAME_PATTERN
 from balagg.aggregation import (
     ALIASES,
     DEFAULT_SCOPES,
@@ -16,6 +17,7 @@ from balagg.aggregation import (
     RULES,
     aggregate,
     aggregation_weights,
+    aggregator,
     canonical_rule,
     default_scope,
     group_advantages,
@@ -27,9 +29,12 @@ from balagg.aggregation import (
 # ------------------------------------------------------------------------------------------------
 
 
-def reference_weights(rule, lengths, advantages, group_ids, scope="group", max_length=None):
+def reference_weights(rule, lengths, advantages, group_ids, scope="group", max_length=None, alpha=1.0):
     rule = canonical_rule(rule)
     n = len(lengths)
+    if rule == "token-sum":
+        return torch.ones(n, dtype=torch.float64)
+    width = max(lengths, default=0)  # a batch padded to its longest response
     if rule == "token-agg-microbatch":  # no micro-batch ids: the whole call is one micro-batch
         total = sum(lengths)
         return torch.tensor([1.0 / total if total > 0 else 0.0] * n, dtype=torch.float64)
@@ -46,7 +51,7 @@ def reference_weights(rule, lengths, advantages, group_ids, scope="group", max_l
         for i in members:
             if rule == "seq-agg":
                 w = 1.0 / (size * lengths[i]) if lengths[i] > 0 else 0.0
-            elif rule == "token-agg":
+            elif rule in ("token-agg", "prompt-mean"):
                 total = sum(lengths[j] for j in members)
                 w = 1.0 / total if total > 0 else 0.0
             elif rule in ("balanced-agg", "balanced-agg-mass"):
@@ -60,6 +65,11 @@ def reference_weights(rule, lengths, advantages, group_ids, scope="group", max_l
                     w = share / tokens if tokens > 0 else 0.0
             elif rule == "seq-mean-token-sum":
                 w = 1.0 / size
+            elif rule == "seq-mean-token-sum-norm":
+                w = 1.0 / (size * width) if width > 0 else 0.0
+            elif rule == "delta-l-norm":
+                x = {j: lengths[j] ** -alpha if lengths[j] > 0 else 0.0 for j in members}
+                w = x[i] / sum(x.values()) / max_length if sum(x.values()) > 0 else 0.0
             else:
                 w = 1.0 / (size * max_length)
             weights[i] = w / len(groups)
@@ -115,13 +125,19 @@ def side_totals(rule, lengths, advantages, group_ids, **kw):
 
 
 def test_rule_names_and_aliases():
+    import re
+
     assert RULES == ("seq-agg", "token-agg", "token-agg-microbatch", "balanced-agg", "balanced-agg-mass",
-                     "seq-mean-token-sum", "dr-grpo")
+                     "seq-mean-token-sum", "dr-grpo", "seq-mean-token-sum-norm", "token-sum", "prompt-mean",
+                     "delta-l-norm")
+    assert all(re.fullmatch(NAME_PATTERN, rule) for rule in RULES)  # the workflow's wildcard
     assert MICRO_BATCH_RULES == ("token-agg-microbatch",)
     assert canonical_rule("seq-mean-token-mean") == "seq-agg"
     assert canonical_rule("token-mean") == "token-agg"
-    assert canonical_rule("seq-mean-token-sum-norm") == "dr-grpo"
+    assert canonical_rule("bnpo") == "token-agg-microbatch"
+    assert canonical_rule("seq-mean-token-sum-norm") == "seq-mean-token-sum-norm"
     assert set(ALIASES.values()) <= set(RULES)
+    assert DEFAULT_SCOPES["prompt-mean"] == "group" and DEFAULT_SCOPES["delta-l-norm"] == "batch"
     assert DEFAULT_SCOPES["token-agg"] == "batch" and DEFAULT_SCOPES["balanced-agg"] == "group"
 
 
@@ -131,7 +147,8 @@ def test_every_rule_has_weights_and_the_readme_table_lists_exactly_the_registry(
 
     from balagg.aggregation import GROUP_WEIGHTS
 
-    assert set(GROUP_WEIGHTS) | set(MICRO_BATCH_RULES) == set(RULES)
+    shared = {rule for rule in RULES if aggregator(rule).weights_of}
+    assert set(GROUP_WEIGHTS) | set(MICRO_BATCH_RULES) | shared == set(RULES)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     table = readme.split("## The rules", 1)[1].split("\n\n", 2)[1]
     assert tuple(re.findall(r"^\| `([^`]+)` \|", table, re.M)) == RULES
@@ -141,7 +158,7 @@ def test_alias_gives_same_weights_as_canonical():
     lengths, adv = [3, 5, 7, 2], [1.0, -1.0, 1.0, -1.0]
     groups = [0, 0, 1, 1]
     for alias, rule in ALIASES.items():
-        kw = {"max_length": 10} if rule == "dr-grpo" else {}
+        kw = {"max_length": 10} if aggregator(rule).needs_max_length else {}
         assert torch.equal(aggregation_weights(alias, lengths, adv, groups, **kw),
                            aggregation_weights(rule, lengths, adv, groups, **kw))
 
@@ -363,12 +380,13 @@ def test_permutation_micro_batching_and_duplication_leave_the_loss_unchanged(rul
     assert total == pytest.approx(float(loss), rel=1e-12)
     assert torch.allclose(params2.grad, grad, rtol=1e-12, atol=1e-15)
 
-    # duplicating the batch: as extra groups, or as bigger groups
+    # duplicating the batch: as extra groups, or as bigger groups (a plain token sum doubles)
     twice = lambda x: torch.cat([x, x])  # noqa: E731
+    copies = 1 if aggregator(rule).per_group else 2
     for dup_groups in (torch.cat([groups, groups + 100]), twice(groups)):
         w2 = aggregation_weights(rule, twice(lengths), twice(adv), dup_groups, **kw).double()
         loss2 = aggregate(twice(per_token), twice(mask), w2)
-        assert float(loss2) == pytest.approx(float(loss), rel=1e-12)
+        assert float(loss2) == pytest.approx(copies * float(loss), rel=1e-12)
 
 
 def test_group_ids_in_any_order_and_of_any_type():
@@ -544,3 +562,69 @@ def test_per_token_weight_of_long_versus_short_correct_responses():
     only_one_length = length_diagnostics([10.0, 10.0, 5.0], group_advantages([1, 1, 0], [0] * 3), [0] * 3,
                                          rules=["seq-agg"])
     assert math.isnan(only_one_length["token_weight/seq-agg/pos_long"])
+
+
+# ------------------------------------------------------------------------------------------------
+# The rules the field compares BA with
+# ------------------------------------------------------------------------------------------------
+
+
+def test_delta_l_norm_is_the_authors_advantage_scaling_and_allavg_mean():
+    """ΔL Normalization as zerolllin/Delta-L-Normalization computes it (verl/trainer/ppo/core_algos.py,
+    ``use_grpopp``): each advantage times r_i / mean(r), r_i = (|o_i| / mean |o|)^-alpha over the whole
+    batch, then ``masked_mean_allavg``: (loss * mask).mean(), a mean over B x the padded width. Written out
+    here in torch, step by step, for both published alphas; the rule at its default scope (batch) must give
+    the same per-response coefficient on sum_t l_it."""
+    lengths = torch.tensor([12.0, 3.0, 7.0, 16.0, 1.0, 9.0, 5.0, 16.0])
+    width = 16  # rollouts padded to the budget
+    for alpha in ALPHA.published:
+        ratio = (lengths / lengths.mean()) ** -alpha
+        scale = ratio / ratio.mean()  # the advantage multiplier
+        per_response = scale / (len(lengths) * width)  # masked_mean_allavg over [B, width]
+        got = aggregation_weights("delta-l-norm", lengths, torch.ones(8), torch.arange(8), scope="batch",
+                                  max_length=width, alpha=alpha).double()
+        assert torch.allclose(got, per_response.double(), rtol=1e-6)
+    assert DEFAULT_SCOPES["delta-l-norm"] == "batch" and ALPHA.default == 1.0 and 0.75 in ALPHA.published
+
+
+def test_delta_l_norm_weights_sum_to_one_over_the_budget_and_alpha_zero_is_dr_grpo():
+    lengths, adv, groups = [4, 8, 2, 0, 6, 6], [1.0, -1.0, 1.0, -1.0, 0.0, 1.0], [0, 0, 0, 1, 1, 1]
+    for scope in ("group", "batch"):
+        w = aggregation_weights("delta-l-norm", lengths, adv, groups, scope=scope, max_length=10, alpha=0.75).double()
+        assert float(w.sum()) == pytest.approx(1 / 10)
+        assert w[3] == 0  # an empty response carries nothing (the reference would divide by zero)
+    w = aggregation_weights("delta-l-norm", lengths, adv, groups, max_length=10, alpha=1.0).double()
+    assert w[0] * 4 == pytest.approx(float(w[1] * 8))  # w ~ 1/L inside a group
+    # alpha = 0: every non-empty response of a group weighs 1/G' over the budget (Dr. GRPO among present ones)
+    w0 = aggregation_weights("delta-l-norm", [4, 8, 2], [1.0, -1.0, 1.0], [0, 0, 0], max_length=10, alpha=0.0)
+    assert torch.allclose(w0.double(), aggregation_weights("dr-grpo", [4, 8, 2], [1.0, -1.0, 1.0], [0, 0, 0],
+                                                           max_length=10).double())
+    with pytest.raises(ValueError, match="alpha must be"):
+        aggregation_weights("delta-l-norm", lengths, adv, groups, max_length=10, alpha=-1)
+
+
+def test_seq_mean_token_sum_norm_divides_by_the_padded_width_not_the_budget():
+    lengths, adv, groups = [3, 5, 2, 4], [1.0, -1.0, 1.0, -1.0], [0, 0, 1, 1]
+    norm = aggregation_weights("seq-mean-token-sum-norm", lengths, adv, groups).double()
+    assert torch.allclose(norm, torch.full((4,), 1 / (2 * 2 * 5), dtype=torch.float64))  # padded to the longest
+    padded = aggregation_weights("seq-mean-token-sum-norm", lengths, adv, groups, padded_width=16).double()
+    budget = aggregation_weights("dr-grpo", lengths, adv, groups, max_length=16).double()
+    assert torch.allclose(padded, budget)  # equal only when the batch is padded to the budget
+    assert not torch.allclose(norm, budget)
+
+
+def test_token_sum_is_one_whatever_the_scope_and_prompt_mean_is_token_agg_per_group():
+    lengths, adv, groups = [3, 5, 2, 4, 9], [1.0, -1.0, 1.0, -1.0, 0.5], [0, 0, 1, 1, 1]
+    for scope in ("group", "batch"):
+        assert torch.equal(aggregation_weights("token-sum", lengths, adv, groups, scope=scope), torch.ones(5))
+    prompt = aggregation_weights("prompt-mean", lengths, adv, groups, scope=DEFAULT_SCOPES["prompt-mean"]).double()
+    expected = torch.tensor([1 / 8, 1 / 8, 1 / 15, 1 / 15, 1 / 15], dtype=torch.float64) / 2
+    assert torch.allclose(prompt, expected)
+    assert torch.equal(prompt, aggregation_weights("token-agg", lengths, adv, groups, scope="group").double())
+
+
+def test_bnpo_is_the_mean_of_micro_batch_token_means():
+    """TRL's bnpo: each micro-batch's token mean / gradient accumulation (trl GRPOTrainer._compute_loss)."""
+    lengths = [3, 5, 2, 4]
+    w = aggregation_weights("bnpo", lengths, [1.0] * 4, [0, 0, 1, 1], micro_batch_ids=[0, 0, 1, 1]).double()
+    assert torch.allclose(w, torch.tensor([1 / 16, 1 / 16, 1 / 12, 1 / 12], dtype=torch.float64))

@@ -401,6 +401,36 @@ def test_fold_uses_verls_grpo_and_aggregation_weights():
     torch.testing.assert_close(plugin_advantages(batch, "balanced-agg"), want, rtol=1e-12, atol=0)
 
 
+def test_constant_length_rules_take_verls_padded_width_and_alpha_from_the_algorithm_config():
+    """dr-grpo, seq-mean-token-sum-norm and delta-l-norm divide by the batch's padded width (verl pads
+    rollouts to rollout.response_length) unless ``algorithm.balagg_max_length`` is set; dr-grpo through the
+    plug-in is then verl's own seq-mean-token-sum-norm on GRPO advantages, and delta-l-norm reads its alpha
+    from ``algorithm.balagg_alpha``."""
+    batch = make_batch(11)
+    plain = grpo_advantages(batch)
+    for layout in ("dp2-fixed4", "dp1-dynamic"):
+        assert_same(actor_step(batch, plugin_advantages(batch, "dr-grpo"), path=plugin.ENGINE, layout=layout,
+                               loss_mode=plugin.POLICY_LOSS, loss_agg_mode=ACTOR_MODE),
+                    actor_step(batch, plain, path=plugin.ENGINE, layout=layout, loss_mode="vanilla",
+                               loss_agg_mode="seq-mean-token-sum-norm"))
+    from balagg.aggregation import aggregation_weights
+
+    lengths = batch["mask"].sum(-1)
+    scalar = plain[torch.arange(len(lengths)), 0]
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, plugin.ALPHA_KEY: 0.75})
+    folded, _ = plugin.ESTIMATORS[plugin.estimator_name("delta-l-norm")](
+        batch["token_level_rewards"], batch["mask"].double(), batch["uid"], config=config)
+    weights = aggregation_weights("delta-l-norm", lengths, scalar, list(batch["uid"]), scope="batch", max_length=T,
+                                  alpha=0.75)
+    torch.testing.assert_close(folded, plain * (weights * len(lengths)).unsqueeze(-1), rtol=1e-12, atol=0)
+    assert not torch.allclose(folded, plugin_advantages(batch, "delta-l-norm"))  # alpha 1 by default
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, plugin.MAX_LENGTH_KEY: 40})
+    folded, _ = plugin.ESTIMATORS[plugin.estimator_name("dr-grpo")](
+        batch["token_level_rewards"], batch["mask"].double(), batch["uid"], config=config)
+    weights = aggregation_weights("dr-grpo", lengths, scalar, list(batch["uid"]), max_length=40)
+    torch.testing.assert_close(folded, plain * (weights * len(lengths)).unsqueeze(-1), rtol=1e-12, atol=0)
+
+
 # --------------------------------------------------------------------------------------------------
 # Refusals and registration
 # --------------------------------------------------------------------------------------------------
@@ -497,4 +527,4 @@ def test_import_verl_registers_the_plugin_through_its_entry_point():
     assert result.returncode == 0, result.stderr[-2000:]
     names = eval(result.stdout.strip().splitlines()[-1])  # a printed list of str
     assert names == sorted(plugin.estimator_name(rule) for rule in plugin.VERL_RULES)
-    assert "balagg-balanced-agg" in names and "balagg-dr-grpo" not in names
+    assert {"balagg-balanced-agg", "balagg-dr-grpo", "balagg-delta-l-norm", "balagg-prompt-mean"} <= set(names)

@@ -30,11 +30,21 @@ def test_unknown_and_missing_keys_are_errors():
 
 
 @pytest.mark.parametrize(("rule", "scope"), [("token-agg", "batch"), ("seq-agg", "group"),
-                                             ("balanced-agg", "group"), ("token-mean", "batch")])
+                                             ("balanced-agg", "group"), ("token-mean", "batch"),
+                                             ("prompt-mean", "group"), ("delta-l-norm", "batch"),
+                                             ("bnpo", "batch")])
 def test_scope_defaults_follow_the_rule(rule, scope):
     config = cell(aggregator=rule)
     assert config.scope == scope
     assert cell(aggregator=rule, scope="group").scope == "group"
+
+
+def test_delta_l_alpha_is_a_cell_setting_with_the_registrys_default():
+    from balagg.aggregators import ALPHA
+
+    assert cell(aggregator="delta-l-norm").delta_l_alpha == ALPHA.default == 1.0
+    assert cell(aggregator="delta-l-norm", delta_l_alpha=0.75).delta_l_alpha == 0.75
+    assert cell(aggregator="bnpo").aggregator == "token-agg-microbatch"
 
 
 def test_batch_shape_maps_to_trl():

@@ -255,7 +255,7 @@ def test_two_processes_layout_and_step_weights_without_processes():
 
     def fake(rank, rule, group_preserving=True):
         return SimpleNamespace(
-            accelerator=SimpleNamespace(process_index=rank), num_generations=G, aggregation=rule,
+            accelerator=SimpleNamespace(process_index=rank), num_generations=G, aggregation=rule, aggregation_alpha=None,
             aggregation_scope="group" if rule == "balanced-agg" else "batch", max_completion_length=MAX_LEN,
             group_preserving_minibatches=group_preserving, mini_batches=4,
             args=SimpleNamespace(per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=8))
@@ -290,3 +290,26 @@ def test_two_processes_layout_and_step_weights_without_processes():
                 for m in micro[in_step].unique():
                     rows = micro == m
                     assert torch.allclose(weights[rows], 1 / (lengths[rows].sum().double() * 2 * 2))
+
+
+def test_rule_parameters_and_the_padded_width_reach_the_step_weights():
+    """delta-l-norm takes the trainer's alpha (a cell's delta_l_alpha) and the budget; seq-mean-token-sum-norm
+    the generation batch's padded width, its longest completion."""
+    from types import SimpleNamespace
+
+    from balagg.aggregation import aggregation_weights
+
+    lengths = torch.tensor([3, 9, 4, 7, 2, 5, 8, 6])
+    advantages = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0, 1.0, 1.0, -1.0])
+    groups = torch.arange(8) // 4
+    for rule, scope, alpha, expected in (
+            ("delta-l-norm", "batch", 0.75, dict(max_length=MAX_LEN, alpha=0.75)),
+            ("seq-mean-token-sum-norm", "group", None, dict(padded_width=9))):
+        fake = SimpleNamespace(aggregation=rule, aggregation_scope=scope, aggregation_alpha=alpha,
+                               max_completion_length=MAX_LEN, group_preserving_minibatches=False, mini_batches=2)
+        got = AggregatedGRPOTrainer.step_weights(fake, lengths, advantages, groups, torch.zeros(8), torch.zeros(8))
+        want = aggregation_weights(rule, lengths, advantages, groups, scope=scope, **expected) * 2
+        assert torch.allclose(got.double(), want.double())
+    assert not torch.allclose(
+        aggregation_weights("delta-l-norm", lengths, advantages, groups, max_length=MAX_LEN, alpha=0.75),
+        aggregation_weights("delta-l-norm", lengths, advantages, groups, max_length=MAX_LEN))

@@ -21,7 +21,18 @@ Rules (per group; P / N = responses with A > 0 / A < 0, k = |P|, L+- = total len
     balanced-agg-mass   (sum_s |A_j| / G) / (sum_s |A_j| |o_j|)       BA for non-binary rewards
                         on each side s
     seq-mean-token-sum  1 / G                                         verl seq-mean-token-sum
-    dr-grpo             1 / (G * max_length)                          verl seq-mean-token-sum-norm
+    dr-grpo             1 / (G * max_length)                          Dr. GRPO; TRL dr_grpo
+    seq-mean-token-sum-norm  1 / (G * W)                              verl seq-mean-token-sum-norm
+    token-sum           1 (no mean over groups)                       verl token-sum
+    prompt-mean         1 / sum_j |o_j|  (token-agg at scope group)   SkyRL prompt_mean; ScaleRL
+    delta-l-norm        |o_i|^-alpha / (max_length sum_j |o_j|^-alpha)  ΔL Normalization (He et al. 2025)
+
+``max_length`` is the generation budget (a constant); W is the batch's padded width (``padded_width``,
+by default its longest response: a batch padded to its longest), which is verl's divisor for
+``seq-mean-token-sum-norm`` unless ``loss_scale_factor`` is set, and equals max_length only when the batch
+is padded to the budget. ``token-sum`` is the plain token sum of the batch (w_i = 1 whatever the scope).
+``prompt-mean`` shares ``token-agg``'s weight function; its default scope is ``group``. ``delta-l-norm``'s
+alpha is a rule parameter (:data:`balagg.aggregators.ALPHA`, default 1).
 
 With binary rewards and no zero advantages |N| = G - k, so BA's side weights are k/G and (G-k)/G as in
 the paper. A response with A_i == 0 carries no gradient; BA leaves it out of both sides.
@@ -54,8 +65,8 @@ from typing import Any
 
 import torch
 
-from balagg.aggregators import (ALIASES, DEFAULT_SCOPES, MICRO_BATCH_RULES, RULES, SCOPES, aggregator, canonical_rule,
-                                check_scope, default_scope)
+from balagg.aggregators import (ALIASES, ALPHA, DEFAULT_SCOPES, MICRO_BATCH_RULES, RULES, SCOPES, aggregator,
+                                canonical_rule, check_scope, default_scope)
 
 __all__ = [
     "RULES",
@@ -179,6 +190,10 @@ class Groups:
     """the dense group of each response, in [0, n_groups)"""
     n_groups: int
     max_length: float | None
+    alpha: float = ALPHA.default
+    """delta-l-norm's exponent"""
+    padded_width: float | None = None
+    """the width the batch is padded to (None: its longest response)"""
 
     @property
     def group_size(self) -> torch.Tensor:
@@ -243,7 +258,51 @@ def _dr_grpo(groups: Groups) -> torch.Tensor:
     return 1.0 / (groups.group_size[groups.index] * float(groups.max_length))
 
 
-_UNWEIGHTED = set(RULES) - set(MICRO_BATCH_RULES) - set(GROUP_WEIGHTS)
+@group_weights("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(groups: Groups) -> torch.Tensor:
+    """w_i = 1 / (G W), W the batch's padded width (``padded_width``; default its longest response).
+
+    verl's ``seq-mean-token-sum-norm`` divides by ``loss_mask.shape[-1]`` unless ``loss_scale_factor`` is
+    set (``verl/trainer/ppo/core_algos.py::agg_loss``): the width the batch is padded to, not the
+    generation budget of Dr. GRPO (verl#3741)."""
+    width = groups.padded_width if groups.padded_width is not None else float(groups.lengths.max())
+    if not width > 0:
+        return torch.zeros_like(groups.lengths)
+    return 1.0 / (groups.group_size[groups.index] * float(width))
+
+
+@group_weights("token-sum")
+def _token_sum(groups: Groups) -> torch.Tensor:
+    """w_i = 1: the batch's token sum (verl's ``token-sum``, which times dp_size undoes the ranks' mean)."""
+    return torch.ones_like(groups.lengths)
+
+
+@group_weights("delta-l-norm")
+def _delta_l_norm(groups: Groups) -> torch.Tensor:
+    """w_i = x_i / (max_length sum_j x_j), x_i = |o_i|^-alpha (0 for an empty response): ΔL Normalization.
+
+    He et al. 2025 (arXiv 2509.07558): the minimum-variance unbiased combination of the per-response
+    gradients when Var(g_i) grows like |o_i| is x_i / sum_j x_j with alpha = 1; alpha < 1 trades variance
+    for the weight of long responses. The authors' code (zerolllin/Delta-L-Normalization,
+    ``verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`` with ``use_grpopp``) scales each
+    advantage by (|o_i| / mean |o|)^-alpha / mean_j (|o_j| / mean |o|)^-alpha over the whole batch, which is
+    B x_i / sum_j x_j, then reduces with ``masked_mean_allavg``: a mean over B x the padded width (their
+    rollouts are padded to the budget, max_length). So the reference's scope is ``batch``; at scope
+    ``group`` each group is normalised to 1 and the groups averaged."""
+    present = groups.lengths > 0
+    x = torch.where(present, groups.lengths.clamp(min=1.0) ** -float(groups.alpha), torch.zeros_like(groups.lengths))
+    total = _group_sum(x, groups.index, groups.n_groups)[groups.index]
+    return _safe_div(x, total) / float(groups.max_length)
+
+
+def _weight_function(rule: str) -> Callable[[Groups], torch.Tensor]:
+    """The weight function of the canonical ``rule`` (its own, or that of the rule it shares, ``weights_of``)."""
+    record = aggregator(rule)
+    return GROUP_WEIGHTS[record.weights_of or record.name]
+
+
+_OWN_WEIGHTS = {rule for rule in RULES if aggregator(rule).weights_of is None}
+_UNWEIGHTED = _OWN_WEIGHTS - set(MICRO_BATCH_RULES) - set(GROUP_WEIGHTS)
 if _UNWEIGHTED:
     raise ImportError(f"balagg.aggregation has no weights for the registered rules {sorted(_UNWEIGHTED)}")
 
@@ -257,6 +316,8 @@ def aggregation_weights(
     scope: str | None = None,
     max_length: int | float | None = None,
     micro_batch_ids: Any = None,
+    alpha: float | None = None,
+    padded_width: int | float | None = None,
 ) -> torch.Tensor:
     """Per-response weights w_i >= 0 of ``rule`` (see the module docstring for the formulas).
 
@@ -272,6 +333,9 @@ def aggregation_weights(
         max_length: the constant length normaliser of ``dr-grpo`` (required there, ignored elsewhere).
         micro_batch_ids: [B] the micro-batch of each response (any hashable values), for
             ``token-agg-microbatch`` (default: one micro-batch); ignored by the other rules.
+        alpha: ``delta-l-norm``'s exponent (default :data:`balagg.aggregators.ALPHA`); ignored elsewhere.
+        padded_width: the width the batch is padded to, for ``seq-mean-token-sum-norm`` (default: the
+            longest response); ignored elsewhere.
 
     Returns:
         [B] weights in the advantages' floating dtype (float32 for integer advantages), computed in
@@ -289,8 +353,14 @@ def aggregation_weights(
         return torch.zeros(0, dtype=out_dtype)
     if record.needs_micro_batches:
         return microbatch_token_weights(lengths64, micro_batch_ids).to(out_dtype)
-    weights = GROUP_WEIGHTS[record.name](Groups(lengths64, advantages64, index, n_groups, max_length))
-    return (weights / n_groups).to(out_dtype)
+    if alpha is not None and not (isinstance(alpha, (int, float)) and alpha >= 0):
+        raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
+    if padded_width is not None and not padded_width > 0:
+        raise ValueError(f"padded_width must be positive, got {padded_width}")
+    groups = Groups(lengths64, advantages64, index, n_groups, max_length,
+                    alpha=ALPHA.default if alpha is None else float(alpha), padded_width=padded_width)
+    weights = _weight_function(record.name)(groups)
+    return (weights / n_groups if record.per_group else weights).to(out_dtype)
 
 
 def microbatch_token_weights(lengths: Any, micro_batch_ids: Any = None) -> torch.Tensor:

@@ -20,7 +20,7 @@ from typing import NoReturn
 from balagg import __version__
 from balagg.errors import DISK_FULL, os_error_line
 
-COMMAND_MODULES: tuple[str, ...] = ("weights", "tinyworld", "fetch", "prepare_data", "train", "generate", "score", "curve",
+COMMAND_MODULES: tuple[str, ...] = ("weights", "conformance", "tinyworld", "fetch", "prepare_data", "train", "generate", "score", "curve",
                                      "track", "plan", "results", "jobserver")
 """Modules under ``balagg.commands``, in the order ``--help`` lists them."""
 

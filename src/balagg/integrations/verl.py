@@ -108,11 +108,27 @@ def _first_token_values(token_values: torch.Tensor, response_mask: torch.Tensor)
     return torch.where(response_mask.sum(-1) > 0, values, torch.zeros_like(values))
 
 
+ALPHA_KEY = "balagg_alpha"
+"""The ``algorithm`` config key of delta-l-norm's alpha (``+algorithm.balagg_alpha=0.75``; default
+:data:`balagg.aggregators.ALPHA`)."""
+MAX_LENGTH_KEY = "balagg_max_length"
+"""The ``algorithm`` config key of the generation budget of ``dr-grpo`` and ``delta-l-norm``
+(``+algorithm.balagg_max_length=<rollout.response_length>``; default: the batch's padded width, which is
+``rollout.response_length`` when verl pads rollouts to it)."""
+
+
 def fold_rule_weights(
-    advantages: torch.Tensor, response_mask: torch.Tensor, index: Any, rule: str
+    advantages: torch.Tensor, response_mask: torch.Tensor, index: Any, rule: str, alpha: float | None = None,
+    max_length: float | None = None,
 ) -> torch.Tensor:
     """Token-level advantages [B, T] times ``w_i * B``, where w_i is ``rule``'s weight of response i
     (at the rule's default scope, groups from ``index``, lengths from ``response_mask``).
+
+    ``seq-mean-token-sum-norm`` divides by the batch's padded width, ``response_mask.shape[-1]``, as verl's
+    own mode does. The rules with a constant length (``dr-grpo``, ``delta-l-norm``) take ``max_length``
+    (:data:`MAX_LENGTH_KEY`), by default that same width: verl's rollouts pad every response to
+    ``rollout.response_length``, the generation budget (the ΔL authors' code divides by it too).
+    ``alpha``: delta-l-norm's exponent.
 
     Reduced by the ``balagg`` policy loss over a mini-batch of M responses the loss is then
     ``(B / M) sum_i w_i sum_t l_it`` (module docstring)."""
@@ -123,7 +139,10 @@ def fold_rule_weights(
     record = aggregator(rule)
     lengths = response_mask.sum(-1)
     scalar = _first_token_values(advantages, response_mask)
-    weights = aggregation_weights(record.name, lengths, scalar, list(index), scope=record.default_scope)
+    width = advantages.shape[-1]
+    weights = aggregation_weights(record.name, lengths, scalar, list(index), scope=record.default_scope,
+                                  max_length=width if max_length is None else max_length, padded_width=width,
+                                  alpha=alpha)
     scale = (weights.to(torch.float64) * advantages.shape[0]).to(advantages.dtype)
     return advantages * scale.unsqueeze(-1)
 
@@ -139,9 +158,12 @@ def compute_balagg_advantage(
     """verl's GRPO advantages with ``rule``'s weights folded in (the ``balagg-<rule>`` estimators).
 
     ``index`` is verl's ``uid`` array (one group per prompt); ``config`` is verl's ``AlgoConfig``, read for
-    ``norm_adv_by_std_in_grpo``. Returns (advantages, returns), both the folded advantages as verl's GRPO
+    ``norm_adv_by_std_in_grpo``, :data:`ALPHA_KEY` and :data:`MAX_LENGTH_KEY`.
+    Returns (advantages, returns), both the folded advantages as verl's GRPO
     returns them twice."""
     norm_by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))
+    alpha = None if config is None else config.get(ALPHA_KEY, None)
+    max_length = None if config is None else config.get(MAX_LENGTH_KEY, None)
     advantages, _ = core_algos.compute_grpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
@@ -149,7 +171,8 @@ def compute_balagg_advantage(
         norm_adv_by_std_in_grpo=norm_by_std,
         config=config,
     )
-    folded = fold_rule_weights(advantages, response_mask, index, rule)
+    folded = fold_rule_weights(advantages, response_mask, index, rule, alpha=None if alpha is None else float(alpha),
+                               max_length=None if max_length is None else float(max_length))
     return folded, folded
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from balagg import settings
-from balagg.aggregators import SCOPES, aggregator, check_scope
+from balagg.aggregators import ALPHA, SCOPES, aggregator, check_scope
 from balagg.config_schema import setting
 from balagg.layout import Cell
 from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, PromptFormat, check_template
@@ -58,6 +58,7 @@ class CellConfig:
                                      in_schema=False)
     dataset_name: str | None = setting(None, "label for tags; default: the first train file's stem", in_schema=False)
     scope: str | None = setting(None, "aggregation scope (default token-agg batch, others group)", choices=SCOPES)
+    delta_l_alpha: float = setting(ALPHA.default, ALPHA.description, minimum=0)
     max_position_embeddings: int | None = setting(
         None, "context override (balagg.context); None: the model's own", in_schema=False)
 

@@ -313,7 +313,7 @@ def _build_trainer(cell: CellConfig, cell_dir: CellDir, model_path, reward, trac
                       disable_tqdm=not sys.stderr.isatty())
     trainer = AggregatedGRPOTrainer(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, reward_funcs=[reward],
-        callbacks=[callback, guard], aggregation=cell.aggregator, scope=cell.scope,
+        callbacks=[callback, guard], aggregation=cell.aggregator, scope=cell.scope, alpha=cell.delta_l_alpha,
         group_preserving_minibatches=cell.group_preserving_minibatches,
     )
     trainer.remove_callback(PrinterCallback)  # plain per-step lines come from the callback's logger

@@ -102,6 +102,14 @@ def importance_sampling_masked_fractions(counts: torch.Tensor) -> dict[str, floa
             "vllm_is_masked_token_frac": masked_tokens / tokens if tokens else nan}
 
 
+def rule_settings(alpha: float | None, lengths: torch.Tensor) -> dict[str, Any]:
+    """What a rule's weights take besides the batch: delta-l-norm's ``alpha`` and the generation batch's
+    padded width, its longest completion (TRL pads a rollout batch to it; ``seq-mean-token-sum-norm``
+    divides by it)."""
+    width = float(lengths.max()) if lengths.numel() else 0.0
+    return {"alpha": alpha, "padded_width": width if width > 0 else None}
+
+
 def permute_rows(batch: dict[str, Any], order: torch.Tensor) -> dict[str, Any]:
     """Every per-row value of a TRL batch dict in ``order`` (as TRL's ``shuffle_sequence_dict``: tensors
     with a batch dimension and lists are reordered, 0-dim tensors and None are kept)."""
@@ -126,12 +134,13 @@ class AggregatedGRPOTrainer(GRPOTrainer):
     metrics callback attaches them to every optimiser step trained on that batch.
     """
 
-    def __init__(self, *args: Any, aggregation: str, scope: str | None = None,
+    def __init__(self, *args: Any, aggregation: str, scope: str | None = None, alpha: float | None = None,
                  group_preserving_minibatches: bool = False, trim_padding: bool = True,
                  length_sorted_microbatches: bool = True, **kwargs: Any) -> None:
         rule = aggregator(aggregation)  # an entry point: a verl alias names its rule, the scope defaults to the rule's
         self.aggregation = rule.name
         self.aggregation_scope = scope if scope is not None else rule.default_scope
+        self.aggregation_alpha = alpha  # delta-l-norm's exponent (None: the registry's default)
         self.group_preserving_minibatches = group_preserving_minibatches
         self.trim_padding = trim_padding
         self.length_sorted_microbatches = length_sorted_microbatches
@@ -304,7 +313,8 @@ class AggregatedGRPOTrainer(GRPOTrainer):
             weights = self.step_weights(lengths, advantages, group_ids, micro_batches, steps)
         else:  # one evaluation batch: the rule over it
             weights = aggregation_weights(self.aggregation, lengths, advantages, group_ids, scope=self.aggregation_scope,
-                                          max_length=self.max_completion_length, micro_batch_ids=micro_batches)
+                                          max_length=self.max_completion_length, micro_batch_ids=micro_batches,
+                                          **rule_settings(self.aggregation_alpha, lengths))
         start = self.accelerator.process_index * rows
         local_weights = weights[start:start + rows].to(local_advantages.device)
         scale = local_weights.to(local_advantages.dtype) * self._aggregation_constant(mode)
@@ -332,14 +342,15 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         Applied per optimiser step (``steps``) for group-preserving mini-batches and for micro-batch
         rules; otherwise over the whole generation batch, times the number of mini-batches."""
         rule, scope, max_length = self.aggregation, self.aggregation_scope, self.max_completion_length
+        settings = rule_settings(self.aggregation_alpha, lengths)
         if not (self.group_preserving_minibatches or rule in MICRO_BATCH_RULES):
             return aggregation_weights(rule, lengths, advantages, group_ids, scope=scope,
-                                       max_length=max_length) * self.mini_batches
+                                       max_length=max_length, **settings) * self.mini_batches
         weights = torch.zeros(lengths.numel(), dtype=advantages.dtype)
         for step in steps.unique():
             rows = steps == step
             weights[rows] = aggregation_weights(rule, lengths[rows], advantages[rows], group_ids[rows], scope=scope,
-                                                max_length=max_length, micro_batch_ids=micro_batches[rows])
+                                                max_length=max_length, micro_batch_ids=micro_batches[rows], **settings)
         return weights
 
     def _record_generation_stats(self, mode: str, lengths: torch.Tensor, advantages: torch.Tensor,

@@ -8,9 +8,11 @@ import os
 import signal
 
 PR_SET_PDEATHSIG = 1
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGURG)
 """The signals that ask a trainer to stop at its next resumable checkpoint (balagg.train.deadline):
-Slurm's time limit, scancel and preemption (SIGTERM), ``--signal=USR1@...`` (SIGUSR1)."""
+Slurm's time limit, scancel and preemption (SIGTERM), a user's ``kill -USR1``, and the Slurm profile's
+warning before the limit (``--signal=URG@...``: SIGURG, which every process that does not handle it
+ignores, where SIGUSR1 would end Snakemake in the job)."""
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:

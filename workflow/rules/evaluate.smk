@@ -54,7 +54,9 @@ rule score:
         f"{EVAL_RUN}/logs/score-{{step}}.log",
     benchmark:
         f"{EVAL_RUN}/benchmarks/score-{{step}}.tsv"
-    threads: 1
+    # one verifier process (and code sandbox) per CPU the job gets: on Slurm the threads are its
+    # --cpus-per-task; Snakemake lowers them to --cores on a smaller machine
+    threads: settings.VERIFIER.workers
     conda:
         "../../envs/cpu.yaml"
     shell:

@@ -358,24 +358,89 @@ def test_the_next_cycle_is_predicted_from_recent_cycles_with_the_saves():
     assert guard.next_cycle_seconds() == sum(5.0 + step for step in range(stopped - 4, stopped))
 
 
-def test_slurms_warning_signal_stops_at_the_next_cycle_boundary_with_a_checkpoint(no_job_env):
-    """SIGURG, the signal the Slurm profile asks for before the limit, stops the trainer at the next
-    boundary (a resumable save there) even when the prediction says a cycle still fits."""
-    from balagg.processes import STOP_SIGNALS
-    from balagg.train.deadline import StopGuard
+def test_a_retry_inside_the_stopped_job_starts_no_cycle_it_cannot_finish(no_job_env, tmp_path):
+    """Snakemake's Slurm plugin runs a rule's own retries inside the same Slurm job: the retry of a job
+    stopped at its limit finds minutes left. With less than the stopped attempt's cycle and two saves left
+    the launcher starts nothing (status 75, stopped.json kept for the next job); with enough it trains."""
+    from balagg.train.deadline import DEADLINE_ENV, EXIT_RESUMABLE, too_late_to_start
+    from balagg.train.launch import launch
 
-    assert signal.SIGURG in STOP_SIGNALS
-    clock = Clock(0.0)
-    guard = StopGuard(cycle=3, time_limit_minutes=600, start_time=0.0, clock=clock)
+    stopped = {"step": 6, "reason": "time limit", "cycle_seconds": 600.0, "save_seconds": 100.0}
+    clock = Clock(10_000.0)
+    assert "not started" in too_late_to_start(stopped, 10_000.0 + 700, 3600.0, clock)  # 600 + 200 + 180 > 700
+    assert too_late_to_start(stopped, 10_000.0 + 1000, 3600.0, clock) is None
+    assert too_late_to_start(None, 10_000.0, 3600.0, clock) is None  # a first attempt always trains a cycle
+    assert too_late_to_start({"step": 6, "reason": "signal SIGTERM", "cycle_seconds": None}, 10_000.0, 60, clock) is None
+
+    cell, workdir = _fake_finished_cell(tmp_path, total=8)  # no model exists: a training would fail
+    workdir.stopped.write_text(json.dumps(stopped))
+    no_job_env.setenv(DEADLINE_ENV, repr(time.time() + 300))
+    from dataclasses import replace
+
+    assert launch(replace(cell, time_limit_minutes=60), workdir.root, tmp_path / "manifest.json", []) == EXIT_RESUMABLE
+    assert json.loads(workdir.stopped.read_text()) == stopped and not (tmp_path / "manifest.json").exists()
+
+
+def _warned_run(guard, clock, step_seconds: float, warn_at: float, steps: int = 10_000):
+    """Steps of ``step_seconds`` (a save after every cycle takes 60 s); Slurm's warning handled at
+    ``warn_at``; the step it stopped at and the clock then."""
+    state = SimpleNamespace(global_step=0, max_steps=steps)
+    for _ in range(steps):
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        guard.on_step_begin(None, state, control)
+        clock.now += step_seconds
+        if guard.warned_at is None and clock.now >= warn_at:
+            os.kill(os.getpid(), signal.SIGURG)
+        state.global_step += 1
+        control.should_save = state.global_step % guard.cycle == 0
+        guard.on_step_end(None, state, control)
+        if control.should_save:
+            clock.now += 60.0
+            guard.on_save(None, state, control)
+        if control.should_training_stop:
+            return state.global_step, clock.now
+    return None, clock.now
+
+
+@pytest.fixture
+def signal_handlers():
+    from balagg.processes import STOP_SIGNALS
+
     previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
-    guard.install_signal_handlers()
-    try:
-        assert _steps(guard, clock, 1.0, steps=4) is None  # hours left: no stop
-        os.kill(os.getpid(), signal.SIGURG)
-        assert _steps(guard, clock, 1.0, steps=5) == 3 and guard.stopped == "signal SIGURG"
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    yield
+    for number, handler in previous.items():
+        signal.signal(number, handler)
+
+
+def test_slurms_warning_makes_the_guard_wary_of_two_cycles_within_the_lead(no_job_env, signal_handlers):
+    """SIGURG, which the Slurm profile asks for an hour before a train job's limit (every process that does
+    not handle it ignores it): from then on the end is at most an hour away and the guard wants room for two
+    predicted cycles. Cases: a paper-like job (24 h, 26-minute cycles) whose deadline was read an hour too
+    late stops at its next boundary and ends inside the hour; a short job that gets the warning at its start
+    (cycles of seconds) goes on; a job without a known deadline stops by the warning's."""
+    from balagg.processes import STOP_SIGNALS
+    from balagg.train.deadline import WARNING_LEAD_S, WARNING_SIGNAL, StopGuard
+
+    assert WARNING_SIGNAL == signal.SIGURG and WARNING_SIGNAL in STOP_SIGNALS and WARNING_LEAD_S == 3600
+    clock = Clock(0.0)
+    late = StopGuard(cycle=4, time_limit_minutes=25 * 60, start_time=0.0, clock=clock)  # an hour too late
+    late.install_signal_handlers()
+    end = 24 * 3600.0
+    stopped, now = _warned_run(late, clock, step_seconds=390.0, warn_at=end - WARNING_LEAD_S)
+    assert "Slurm's warning came" in late.stopped and now <= end
+    assert now - late.warned_at <= 4 * 390.0 + 2 * 60.0  # its next boundary, and the stop's save
+
+    clock = Clock(0.0)
+    short = StopGuard(cycle=2, time_limit_minutes=30, start_time=0.0, clock=clock)
+    short.install_signal_handlers()
+    stopped, now = _warned_run(short, clock, step_seconds=5.0, warn_at=0.0)
+    assert short.warned_at == 5.0 and "time limit" in short.stopped and 1800.0 - 300 < now <= 1800.0
+
+    clock = Clock(0.0)
+    unknown = StopGuard(cycle=2, time_limit_minutes=None, clock=clock)
+    unknown.install_signal_handlers()
+    stopped, now = _warned_run(unknown, clock, step_seconds=60.0, warn_at=1000.0)
+    assert "Slurm's warning came" in unknown.stopped and now <= 1000.0 + WARNING_LEAD_S
 
 
 # ---- MLflow ---------------------------------------------------------------------------------------

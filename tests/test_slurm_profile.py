@@ -127,13 +127,16 @@ def test_train_jobs_ask_for_a_warning_signal_the_plugin_passes_to_sbatch(clean_e
 
     from balagg.processes import STOP_SIGNALS
 
+    from balagg.train.deadline import WARNING_LEAD_S, WARNING_SIGNAL
+
     extra = eval(resources_of(parse_profile(), "train")["slurm_extra"])  # a resource expression, as Snakemake reads it
     assert extra == "--signal=URG@3600"
     validate_slurm_extra(SimpleNamespace(resources=SimpleNamespace(slurm_extra=extra)))  # raises if refused
     signal_name, seconds = extra.removeprefix("--signal=").split("@")
     import signal
 
-    assert getattr(signal, f"SIG{signal_name}") in STOP_SIGNALS and int(seconds) >= 45 * 60
+    assert getattr(signal, f"SIG{signal_name}") == WARNING_SIGNAL and WARNING_SIGNAL in STOP_SIGNALS
+    assert int(seconds) == WARNING_LEAD_S  # the lead the trainer counts on
 
 
 def test_score_jobs_run_a_verifier_per_cpu_they_get(clean_env, tmp_path):

@@ -188,11 +188,12 @@ def test_time_limit_and_sigusr1_stop_at_resumable_checkpoints_and_resume_exactly
     while len(read_metrics(workdir / "metrics.jsonl")) < 3:
         assert second.poll() is None and time.monotonic() < deadline, second.stderr.read()[-3000:]
         time.sleep(0.01)
-    second.send_signal(signal.SIGURG)  # the Slurm profile's warning (--signal=URG@...) reaches the launcher
+    second.send_signal(signal.SIGUSR1)  # a user's kill -USR1 (or scancel --signal=USR1) reaches the launcher
     _, err = second.communicate(timeout=300)
     assert second.returncode == EXIT_RESUMABLE, err[-3000:]
-    stopped_at = json.loads((workdir / "stopped.json").read_text())["step"]
-    assert stopped_at in (4, 6) and "signal SIGURG" in err and not manifest.exists()
+    stopped = json.loads((workdir / "stopped.json").read_text())
+    assert stopped["step"] in (4, 6) and "signal SIGUSR1" in err and not manifest.exists()
+    assert stopped["cycle_seconds"] > 0 and stopped["save_seconds"] > 0  # what the next attempt checks it has time for
 
     third = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert third.returncode == 0, third.stderr[-3000:]

@@ -25,24 +25,34 @@ the attempt's mean would be short), ``save_seconds`` the longest resumable save 
 (:data:`DEFAULT_SAVE_S` before the first one), ``save_now`` the same when a save is due at this boundary
 anyway, and ``margin`` = 5 % of the limit, clamped to [30 s, 300 s].
 
-A stop signal requests the same stop at the next cycle boundary: SIGTERM (scancel, preemption), SIGUSR1,
-and SIGURG, the warning the Slurm profile asks for before the limit (``--signal=URG@<seconds>``,
-slurm/config.v8+.yaml), in case the prediction is wrong. Slurm sends such a signal to every process of the
+SIGTERM (scancel, preemption) and SIGUSR1 request the same stop at the next cycle boundary. SIGURG is
+Slurm's warning, which the Slurm profile asks for :data:`WARNING_LEAD_S` before a train job's limit
+(``--signal=URG@3600``, slurm/config.v8+.yaml), in case the prediction is wrong: from then on the deadline
+is at most the warning's time plus that lead (Slurm sends it up to a minute early, never late), and the
+guard wants room for two predicted cycles, not one. So a job whose deadline was read wrong, or whose
+cycles outgrow the recent ones by up to twice, still stops with a checkpoint; on the paper's 24 h jobs
+(cycles of 25-45 min) the warning stops the job at its next boundary; a job shorter than the lead gets
+the warning at its start and goes on while two cycles fit. Slurm sends the signal to every process of the
 job's steps: under Snakemake's Slurm plugin that includes Snakemake in the job and the rule's shell, which
-SIGUSR1 kills (so the job fails at once) and SIGURG, ignored by every process that does not handle it,
-leaves alone. In a launch of several processes :mod:`balagg.train.agent` hands a stop signal to every rank
-(torchrun's agent would end the ranks instead). Every process takes the decision together (the flag is
-max-reduced over processes), so a DDP or FSDP job stops at one step.
+SIGUSR1 would kill (so the job fails at once) and SIGURG, ignored by every process that does not handle
+it, leaves alone. In a launch of several processes :mod:`balagg.train.agent` hands these signals to every
+rank (torchrun's agent would end the ranks instead). Every process takes the decision together (the flag
+is max-reduced over processes), so a DDP or FSDP job stops at one step.
 
-A stopped job writes ``stopped.json`` in its work directory, no manifest, and exits with
-:data:`EXIT_RESUMABLE` (75, EX_TEMPFAIL): Snakemake counts it as failed and its retry (``--retries``)
-resumes from that checkpoint, so every step is trained exactly once. The first check comes after one
-full cycle, so every attempt makes progress.
+A stopped job writes ``stopped.json`` in its work directory (with its longest recent cycle and save), no
+manifest, and exits with :data:`EXIT_RESUMABLE` (75, EX_TEMPFAIL): Snakemake counts it as failed and its retry
+(``--retries``) resumes from that checkpoint, so every step is trained exactly once. The first check comes
+after one full cycle, so every attempt makes progress. Snakemake's Slurm plugin runs a rule's retries inside
+the same Slurm job when they are the rule's own (``retries:``), so the retry of a job stopped at its limit
+starts with minutes left; the launcher then does not start a cycle that cannot end in time
+(:func:`too_late_to_start`: the job's time left against the stopped attempt's cycle and saves) and exits
+75 at once, and the retry in the next Slurm job trains.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -63,6 +73,9 @@ START_ENV = "BALAGG_JOB_START_TIME"
 DEADLINE_ENV = "BALAGG_JOB_DEADLINE"
 """Epoch seconds by which the job must have stopped, set by the launcher for its processes (:func:`job_deadline`)."""
 DEFAULT_SAVE_S = 120.0
+WARNING_SIGNAL = signal.SIGURG
+WARNING_LEAD_S = 3600.0
+"""Seconds before a train job's limit that the Slurm profile asks Slurm for :data:`WARNING_SIGNAL`."""
 RECENT_CYCLES = 3
 SQUEUE_TIMEOUT_S = 20
 
@@ -149,6 +162,22 @@ def margin_seconds(limit_s: float) -> float:
     return min(300.0, max(30.0, 0.05 * limit_s))
 
 
+def too_late_to_start(stopped: dict | None, deadline: float | None, limit_s: float | None,
+                      clock: Callable[[], float] = time.time) -> str | None:
+    """Why an attempt should not start (None: it can): the previous attempt stopped at its time limit
+    (``stopped``: its ``stopped.json``) and this job's time left holds neither that attempt's longest recent
+    cycle with two saves nor the margin, so a cycle started now would end past the limit."""
+    if not stopped or deadline is None or not stopped.get("cycle_seconds"):
+        return None
+    cycle, save = float(stopped["cycle_seconds"]), float(stopped.get("save_seconds") or DEFAULT_SAVE_S)
+    needed = cycle + 2 * save + margin_seconds(limit_s if limit_s is not None else cycle)
+    left = deadline - clock()
+    if left >= needed:
+        return None
+    return (f"{max(left, 0):.0f} s of the job's time left, a cycle with its saves needs about {needed:.0f} s "
+            f"(the last attempt's, stopped at step {stopped.get('step')}): not started; the next job resumes")
+
+
 class StopGuard(TrainerCallback):
     """Stops training at a generation-cycle boundary when the next cycle would not fit before the
     deadline, or after a stop signal. ``trainer`` (for the cross-process reduction) is set by run_cell."""
@@ -160,6 +189,7 @@ class StopGuard(TrainerCallback):
         self.limit_s = None if time_limit_minutes is None else 60.0 * time_limit_minutes
         self.deadline = deadline if deadline is not None else job_deadline(self.limit_s, start_time, clock)
         self.signal_name: str | None = None
+        self.warned_at: float | None = None  # when Slurm's warning came
         self.trainer = None
         self.stopped: str | None = None
         self._step_start = 0.0
@@ -175,6 +205,11 @@ class StopGuard(TrainerCallback):
             signal.signal(number, self._on_signal)
 
     def _on_signal(self, number: int, frame: Any) -> None:
+        if number == WARNING_SIGNAL:
+            self.warned_at = self.clock()
+            log.warning("%s received: the job ends within %.0f s; stopping with a resumable checkpoint as soon as "
+                        "two more cycles may not fit", signal.Signals(number).name, WARNING_LEAD_S)
+            return
         self.signal_name = signal.Signals(number).name
         log.warning("%s received: stopping at the next generation-cycle boundary with a resumable checkpoint",
                     self.signal_name)
@@ -195,15 +230,21 @@ class StopGuard(TrainerCallback):
         if self.signal_name is not None:
             return f"signal {self.signal_name}"
         cycle = self.next_cycle_seconds()
-        if self.deadline is None or cycle is None:
+        deadline, cycles = self.deadline, 1
+        if self.warned_at is not None:  # Slurm's warning: its end is at most the lead away, and the guard wary
+            deadline = min(deadline if deadline is not None else math.inf, self.warned_at + WARNING_LEAD_S)
+            cycles = 2
+        if deadline is None or cycle is None:
             return None
-        margin = margin_seconds(self.limit_s if self.limit_s is not None else self.deadline - self.clock())
-        needed = (self.save_seconds if save_due else 0.0) + cycle + self.save_seconds + margin
-        left = self.deadline - self.clock()
+        margin = margin_seconds(self.limit_s if self.limit_s is not None else deadline - self.clock())
+        needed = (self.save_seconds if save_due else 0.0) + cycles * cycle + self.save_seconds + margin
+        left = deadline - self.clock()
         if needed > left:
             limit = f" of {self.limit_s / 60:.0f} min" if self.limit_s is not None else ""
-            return (f"time limit: {left:.0f} s left{limit}, the next cycle needs about {needed:.0f} s with its "
-                    f"checkpoint and margin (recent cycles up to {cycle:.0f} s, a save {self.save_seconds:.0f} s)")
+            warned = f" (Slurm's warning came {self.clock() - self.warned_at:.0f} s ago)" if cycles == 2 else ""
+            return (f"time limit: {left:.0f} s left{limit}{warned}, {'two cycles' if cycles == 2 else 'the next cycle'} "
+                    f"need about {needed:.0f} s with the checkpoint and margin (recent cycles up to {cycle:.0f} s, "
+                    f"a save {self.save_seconds:.0f} s)")
         return None
 
     def _agreed(self, stop: bool) -> bool:

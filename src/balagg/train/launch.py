@@ -92,19 +92,36 @@ def launch(cell: CellConfig, workdir: str | Path, manifest: str | Path, worker: 
     <balagg.train.run.train>`, which holds the work directory's lock; else :func:`launch_command` with
     ``worker`` under :func:`run_launched`. The job's deadline (balagg.train.deadline.job_deadline: Slurm's
     end of the job, or its start plus the cell's time limit, the start being this call's unless the
-    environment names an earlier one) is worked out once here and handed to every process."""
-    from balagg.train.deadline import DEADLINE_ENV, START_ENV, job_deadline
+    environment names an earlier one) is worked out once here and handed to every process; when it leaves
+    no room for the cycle the previous attempt stopped before (balagg.train.deadline.too_late_to_start),
+    nothing starts and the status is 75."""
+    from balagg.train.deadline import DEADLINE_ENV, EXIT_RESUMABLE, START_ENV, job_deadline, too_late_to_start
 
     os.environ.setdefault(START_ENV, repr(time.time()))
-    if cell.time_limit_minutes is not None and DEADLINE_ENV not in os.environ:
-        deadline = job_deadline(60.0 * cell.time_limit_minutes)
+    if cell.time_limit_minutes is not None:
+        limit_s = 60.0 * cell.time_limit_minutes
+        deadline = job_deadline(limit_s)
         if deadline is not None:
             os.environ[DEADLINE_ENV] = repr(deadline)
+        reason = too_late_to_start(_read_stopped(CellDir(workdir)), deadline, limit_s)
+        if reason is not None:  # its stopped.json stays for the next attempt
+            print(f"{workdir}: {reason}", file=sys.stderr)
+            return EXIT_RESUMABLE
     if in_process(cell):
         from balagg.train.run import train
 
         return train(cell, workdir, manifest, invalidate=invalidate)
     return run_launched(launch_command(cell, worker), workdir, invalidate=invalidate)
+
+
+def _read_stopped(cell_dir: CellDir) -> dict | None:
+    """The previous attempt's ``stopped.json`` (None: absent or unreadable)."""
+    import json
+
+    try:
+        return json.loads(cell_dir.stopped.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # --------------------------------------------------------------------------------------------------

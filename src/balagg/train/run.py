@@ -435,5 +435,8 @@ def _train(trainer, resume: Path | None, guard, reward, tracker: Tracker, cell_d
     if guard.stopped:
         step = trainer.state.global_step
         if trainer.is_world_process_zero():
-            write_json(cell_dir.stopped, {"step": step, "reason": guard.stopped})
+            # with what the next attempt needs to know whether its job leaves time for a cycle (launch)
+            write_json(cell_dir.stopped, {"step": step, "reason": guard.stopped,
+                                          "cycle_seconds": guard.next_cycle_seconds(),
+                                          "save_seconds": guard.save_seconds})
         raise TrainingStopped(guard.stopped, step)

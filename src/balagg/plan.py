@@ -29,8 +29,14 @@ batch, as in TRL. ``prompt_tokens`` is the expected width of a micro-batch's pro
 rollout batch before training on it (old log-probs: ``mini_batches * num_iterations > 1``, or vLLM
 rollouts with the importance-sampling correction); a forward pass alone is taken as a quarter of a
 forward + backward with gradient checkpointing (forward, recomputed forward, backward twice the
-forward). Not modelled: optimiser steps, weight syncs to the engine, reward verification, checkpoint
-writes and job start-up.
+forward). Not modelled: optimiser steps, weight syncs to the engine, reward verification and job
+start-up. Checkpoint saves are, at the file system's ``write_bytes_per_s`` (every GPU of the job waits):
+
+    save hours          ((R_s + stops) * N * 12 + K * N * 2) / write_bytes_per_s / 3600
+    train wall hours    train GPU-seconds / GPUs / 3600 + save hours        (train GPU-hours add saves x GPUs)
+
+with ``R_s`` = ceil(total_steps / save_every) scheduled resumable saves (the last step's included) and
+``stops`` = one more per job that stops at ``train_resources.runtime`` (jobs - 1).
 
 Rates, per GPU (``plan`` section; ``plan.models.<name>`` overrides):
 
@@ -50,7 +56,11 @@ Disk, with ``N`` = ``parameters`` (stated per model) and ``keep`` = ``keep_check
     per cell            K * N * 2 + (keep + 1) * N * 12    (its peak, at its last save)
     initial model       N * 2 bytes                (the hub snapshot, bf16)
 
-The total is the sum: every cell at its peak at once, the grid's upper bound. Host memory of a train job
+The total is the sum: every cell at its peak at once, the grid's upper bound. After training a cell keeps
+its evaluation checkpoints alone (``K * N * 2``; plus ``keep * N * 12`` with ``keep_resumable_state``): the
+trainer removes its resumable state. Per-GPU memory of each model's train and evaluation job is
+:mod:`balagg.train.memory`'s, from ``plan.models.<name>.shape`` (config.json's fields) and the jobs'
+``gpu_memory_gb``; a train job that keeps under 10 % of its GPU free is marked OVER. Host memory of a train job
 (its load path, the largest): every rank materialises the whole model in fp32 on the host before FSDP
 shards it (transformers loads it on each rank, zeros on all but the first when accelerate's RAM-efficient
 loading is on), beside its own process (CUDA context, libraries, the colocated vLLM engine, the dataset):

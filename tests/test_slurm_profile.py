@@ -139,20 +139,19 @@ def test_train_jobs_ask_for_a_warning_signal_the_plugin_passes_to_sbatch(clean_e
     assert int(seconds) == WARNING_LEAD_S  # the lead the trainer counts on
 
 
+@pytest.mark.slow
 def test_score_jobs_run_a_verifier_per_cpu_they_get(clean_env, tmp_path):
-    """A score job's verifier workers are its threads, which the Slurm plugin asks for as --cpus-per-task
-    (the profile sets no cpus_per_task of its own for score) and Snakemake lowers to --cores where there
-    are fewer (a dry run counts 1 core unless told otherwise)."""
+    """A score job's verifier workers are its cpus_per_task: what the Slurm profile gives it (the verifier's
+    default workers, and the plugin's --cpus-per-task), and one in a run without the profile."""
     from balagg.settings import VERIFIER
 
-    assert "cpus_per_task" not in resources_of(parse_profile(), "score")
+    assert resources_of(parse_profile(), "score")["cpus_per_task"] == str(VERIFIER.workers) == "2"
     work = copy_workflow(tmp_path)
-    for cores, workers in ((8, VERIFIER.workers), (1, 1)):
-        result = snakemake("-n", "-p", "--cores", str(cores), cwd=work, timeout=180)
+    for profile, workers in ((["--profile", "slurm"], VERIFIER.workers), ([], 1)):
+        result = snakemake(*profile, "-n", "-p", cwd=work, env={"BALAGG_SLURM_PARTITION": "cpu"}, timeout=180)
         assert result.returncode == 0, result.stderr[-3000:]
-        scores = [job for job in result.stdout.split("\n\n") if "rule score:" in job]
+        scores = [job for job in (result.stdout + result.stderr).split("\n\n") if "rule score:" in job]
         assert scores and all(f"--workers {workers} " in job for job in scores), scores[0]
-    assert VERIFIER.workers == 2
 
 
 # ---- conda environments

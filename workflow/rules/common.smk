@@ -17,7 +17,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 # the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
 
-from balagg import checkpoints as externals, layout, prompts, settings
+from balagg import checkpoints as externals, layout, prompts
 from balagg.grid import Cell, DataFile, Grid
 from balagg.grid import arguments, checks, environment, targets
 from balagg.hub import is_hub_id

@@ -1,8 +1,9 @@
-"""One full-width training micro-batch of a paper model under FSDP2, with the rollout engine resident: peak
-memory per GPU. bench/gpu_smoke.py runs it (step ``microbatch-fsdp2``) through the paper's launcher:
+"""An accumulated optimiser step of a paper model under FSDP2, with the rollout engine resident: peak memory
+per GPU, against the figure of balagg.train.memory (what ``balagg plan`` prints). bench/gpu_smoke.py runs it
+(step ``microbatch-fsdp2``) through the paper's launcher:
 
     accelerate launch --config_file configs/accelerate/fsdp2.yaml --num_processes N \\
-        bench/fsdp_microbatch.py --out FILE [--model qwen2.5-math-7b] [--quick]
+        bench/fsdp_microbatch.py --out FILE [--model qwen2.5-math-7b] [--accumulation 2] [--no-sync] [--quick]
 
 Every process (one per GPU) does to its GPU what a train job of configs/paper.yaml does:
 
@@ -15,15 +16,24 @@ Every process (one per GPU) does to its GPU what a train job of configs/paper.ya
    entropies in tiles, no full logits) and gradient checkpointing, sharded by accelerate's own
    ``fsdp2_prepare_model`` with the FSDP plugin that ``accelerate launch`` built from fsdp2.yaml and balagg's
    mixed-precision policy on it (bf16 compute, fp32 reduce; balagg.train.precision);
-3. one micro-batch of ``micro_batch_size`` x (``max_prompt_length`` + ``max_completion_length``) tokens (4 x
-   10,240 for the paper), all real: the forward under bf16 autocast scores the completion columns (as TRL's
-   ``_get_per_token_logps_and_entropies``), a policy-gradient loss, the backward, and an AdamW step that
-   allocates the optimiser's moments. A world smaller than the model's train GPUs holds a larger share of
-   the state per GPU than the paper's nodes do; the step is left out there when the whole state would not
-   fit beside the engine (one GPU for the 7B), and its share on the paper's node is computed instead;
-4. memory: ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` over the micro-batch (the engine
-   included), the device's used memory, the engine's and the sharded state's allocations, and the peak a
-   GPU of the paper's node would see (measured, or the measured transient plus the computed state share).
+3. two accumulated optimiser steps of ``--accumulation`` micro-batches each (default 2), every row real
+   tokens, one row left-padded (so transformers builds the 4-D attention mask, as for a real micro-batch):
+   the first micro-batch of a step half the completion width, the next ones the widest a step can hold,
+   ``micro_batch_size`` x (``max_prompt_length`` + ``max_completion_length``) (2 x 10,240 for the paper's
+   7B). The forward under bf16 autocast scores the completion columns (as TRL's
+   ``_get_per_token_logps_and_entropies``), then a policy-gradient loss and its backward, which
+   reduce-scatters every micro-batch (balagg's ``sync_each_batch``; ``--no-sync`` holds the gradients
+   unsharded until the step's last micro-batch, transformers' default), then AdamW's step. The first step
+   allocates the optimiser's moments; the peak is measured over the second, where the widest micro-batch
+   meets the sharded state, its gradients and the moments. A world smaller than the model's train GPUs holds
+   a larger share of the state per GPU than the paper's nodes do: the AdamW step is left out where the whole
+   state would not fit beside the engine (one GPU for the 7B);
+4. memory: ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` over the second step (the engine
+   included), the device's used memory, and the same figure from balagg.train.memory for this world, this
+   width and what was allocated (the engine's measured bytes; the moments if stepped): ``plan_low_by`` is
+   how much the model's allocation falls short of the measured peak (bench/gpu_smoke.sh fails above 10 %).
+   The plan's own figure for the paper's node (``balagg plan``, CUDA context and NCCL included) is recorded
+   beside it.
 
 ``--quick``: tiny shapes and 4 x (16 + 48) tokens, on the CPU over gloo when there is no GPU (no engine);
 the peak resident set replaces the CUDA figures. It proves the code path, not the figures.
@@ -97,30 +107,95 @@ def start_engine(shape: str, tokenizer, length: int, utilization: float, seed: i
             "allocated_gib": round((torch.cuda.memory_allocated() - before) / GIB, 2)}
 
 
-def micro_batch(model, batch: int, prompt: int, completion: int, vocab: int, device) -> tuple[torch.Tensor, int]:
-    """Forward (completion columns scored through the fused LM head) and backward of one micro-batch with
-    every token real; the loss and the number of tokens."""
-    generator = torch.Generator(device="cpu").manual_seed(dist.get_rank())
-    ids = torch.randint(0, vocab, (batch, prompt + completion), generator=generator).to(device)
+def micro_batch(model, rows: int, prompt: int, completion: int, vocab: int, device, seed: int) -> tuple[torch.Tensor, int]:
+    """Forward (completion columns scored through the fused LM head) and backward of one micro-batch of real
+    tokens, its first row left-padded by a few tokens; the loss and the number of tokens."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    ids = torch.randint(0, vocab, (rows, prompt + completion), generator=generator).to(device)
     mask = torch.ones_like(ids)
+    mask[0, :min(8, prompt - 1)] = 0  # a left-padded prompt: transformers then builds the 4-D attention mask
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :-completion] = -100  # TRL scores the completion tokens only
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
         outputs = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
     logps = outputs.log_probs[:, -completion:]
-    advantages = torch.linspace(-1.0, 1.0, batch, device=device)[:, None]
+    advantages = torch.linspace(-1.0, 1.0, rows, device=device)[:, None]
     ratio = torch.exp(logps - logps.detach())  # one PPO iteration: old = current log-probs
-    loss = -(ratio * advantages).sum() / (batch * completion)
+    loss = -(ratio * advantages).sum() / (rows * completion)
     loss.backward()
     return loss.detach(), ids.numel()
+
+
+def accumulated_step(model, optimizer, widths: list[int], rows: int, prompt: int, vocab: int, device, seed: int,
+                     sync_each_batch: bool) -> tuple[list[float], int]:
+    """One optimiser step over micro-batches of the given completion widths; losses and tokens."""
+    losses, tokens = [], 0
+    for index, completion in enumerate(widths):
+        last = index == len(widths) - 1
+        if not sync_each_batch:
+            model.set_requires_gradient_sync(last)  # accelerate's no_sync under FSDP2
+        loss, count = micro_batch(model, rows, prompt, completion, vocab, device, seed + index)
+        losses.append(float(loss))
+        tokens += count
+    model.set_requires_gradient_sync(True)
+    if optimizer is not None:
+        optimizer.step()
+    model.zero_grad(set_to_none=True)  # as transformers' loop after every optimiser step
+    return losses, tokens
+
+
+def model_shape(config):
+    """The :class:`~balagg.train.memory.ModelShape` of the built Qwen2 config (biased q, k, v projections)."""
+    from balagg.train.memory import ModelShape
+
+    return ModelShape(config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size,
+                      config.num_attention_heads, config.num_key_value_heads,
+                      tie_word_embeddings=config.tie_word_embeddings, attention_bias=True)
+
+
+def predicted_allocation(shape, world: int, rows: int, prompt: int, completion: int, optimizer_step: bool,
+                         sync_each_batch: bool) -> dict:
+    """balagg.train.memory's allocation for what this run holds (the engine apart): the state terms of this
+    world (the moments only if the optimiser stepped), the gradients kept under --no-sync, and the largest
+    phase; CUDA context, NCCL buffers and the allocator's slack are not allocations."""
+    from balagg.train.memory import GIB, train_memory
+
+    memory = train_memory(shape, gpus=world, gpu_memory_gb=80, micro_batch_size=rows, prompt_tokens=prompt,
+                          completion_tokens=completion, bf16=True, reduce_bytes=4, sharded=True, engine_share=None,
+                          sync_each_batch=sync_each_batch)
+    state = sum(term.bytes for term in memory.persistent
+                if not term.name.startswith(("CUDA", "NCCL", "engine")) and (optimizer_step or "AdamW" not in term.name))
+    phases = {name: memory.phase_bytes(name) for name in memory.phases if optimizer_step or name != "optimiser step"}
+    peak = max(phases, key=phases.get)
+    return {"state_gib": round(state / GIB, 2), "peak_phase": peak, "phase_gib": round(phases[peak] / GIB, 2),
+            "allocated_gib": round((state + phases[peak]) / GIB, 2)}
+
+
+def paper_plan(model: str) -> dict | None:
+    """What ``balagg plan`` prints for the model's train job on the paper's node (None where it cannot)."""
+    try:
+        from balagg.commands.plan import load_config
+        from balagg.plan import model_figures
+        from balagg.train.memory import GIB
+
+        memory = model_figures(load_config([str(PAPER)]), model).train_memory
+    except Exception as error:  # the schema or the config cannot be read here: recorded, not fatal
+        return {"error": str(error)[-300:]}
+    return {"peak_gib": round(memory.peak / GIB, 2), "free_share": round(memory.free_share, 4),
+            "phase": memory.peak_phase}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON figures (written by rank 0)")
     parser.add_argument("--model", default="qwen2.5-math-7b", help="a model of configs/paper.yaml (its train settings)")
+    parser.add_argument("--accumulation", type=int, default=2, help="micro-batches per optimiser step (>= 2)")
+    parser.add_argument("--no-sync", action="store_true",
+                        help="hold gradients unsharded until a step's last micro-batch (transformers' default)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU over gloo when there is no GPU)")
     args = parser.parse_args(argv)
+    if args.accumulation < 2:
+        parser.error("--accumulation must be at least 2: the widest micro-batch comes after the first")
 
     from accelerate import PartialState
     from accelerate.utils import FullyShardedDataParallelPlugin
@@ -139,11 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     shape = "dry-7b" if args.quick else args.model
     prompt, completion = DRY_LENGTHS if args.quick else (settings["max_prompt_length"],
                                                          settings["max_completion_length"])
-    batch = settings["micro_batch_size"]
+    rows = settings["micro_batch_size"]
+    widths = [completion // 2] + [completion] * (args.accumulation - 1)  # the widest after the first
+    sync_each_batch = not args.no_sync
     tokenizer = build_tokenizer()
     figures: dict = {"model": args.model, "shape": shape, "quick": args.quick, "processes": world,
                      "device": torch.cuda.get_device_name() if gpu else "cpu",
-                     "micro_batch": f"{batch} x ({prompt} + {completion}) tokens",
+                     "micro_batch": f"{rows} x ({prompt} + {completion}) tokens",
+                     "accumulation": {"micro_batches": args.accumulation, "completion_widths": widths,
+                                      "sync_each_batch": sync_each_batch},
                      "allocator": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
 
     engine = None
@@ -188,52 +267,49 @@ def main(argv: list[str] | None = None) -> int:
             if gpu else float("inf"))
     optimizer_step = args.quick or world >= settings["train_gpus"] or rest_of_state < 0.6 * free
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6) if optimizer_step else None
+
+    # the first step allocates the moments; the second is measured
+    accumulated_step(model, optimizer, widths, rows, prompt, config.vocab_size, device, 1000 * rank, sync_each_batch)
     if gpu:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        sharded = torch.cuda.memory_allocated()
-
+        before = torch.cuda.memory_allocated()
     start = time.perf_counter()
-    loss, tokens = micro_batch(model, batch, prompt, completion, config.vocab_size, device)
-    if optimizer is not None:
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)  # FSDP2 keeps the gradients' memory between steps
+    losses, tokens = accumulated_step(model, optimizer, widths, rows, prompt, config.vocab_size, device,
+                                      1000 * rank + 100, sync_each_batch)
     if gpu:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
 
-    mine = {"loss": float(loss), "seconds": seconds,
+    mine = {"losses": losses, "seconds": seconds,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if gpu:
         free, total = torch.cuda.mem_get_info()
         mine |= {"peak_allocated": torch.cuda.max_memory_allocated(), "peak_reserved": torch.cuda.max_memory_reserved(),
-                 "device_used": total - free, "total": total, "before_micro_batch": sharded}
+                 "device_used": total - free, "total": total, "before_step": before}
     ranks: list = [None] * world
     dist.all_gather_object(ranks, mine)
-    figures |= {"parameters": parameters, "tokens_per_micro_batch": tokens, "optimizer_step": optimizer_step,
+    predicted = predicted_allocation(model_shape(config), world, rows, prompt, completion, optimizer_step,
+                                     sync_each_batch)
+    figures |= {"parameters": parameters, "tokens_per_step": tokens, "optimizer_step": optimizer_step,
                 "seconds": round(max(r["seconds"] for r in ranks), 3),
                 "tokens_per_s_per_gpu": round(tokens / max(r["seconds"] for r in ranks), 1),
-                "loss_finite": all(r["loss"] == r["loss"] for r in ranks),
-                "peak_rss_mib": round(max(r["peak_rss_mib"] for r in ranks), 1)}
+                "loss_finite": all(loss == loss for r in ranks for loss in r["losses"]),
+                "peak_rss_mib": round(max(r["peak_rss_mib"] for r in ranks), 1),
+                "predicted": predicted, "plan_on_the_paper_node": paper_plan(args.model)}
     if gpu:
         peak = max(r["peak_allocated"] for r in ranks)
-        before = max(r["before_micro_batch"] for r in ranks)
         engine_bytes = engine["allocated_gib"] * GIB if engine else 0
-        transient = peak - before  # activations, gathered layers, gradients' buffers (and moments, if stepped)
-        paper_gpus = settings["train_gpus"]
-        at_paper = (peak if world == paper_gpus and optimizer_step else
-                    engine_bytes + STATE_BYTES_PER_PARAMETER * parameters / paper_gpus + transient)
+        expected = predicted["allocated_gib"] * GIB + engine_bytes
         figures |= {"peak_allocated_gib": round(peak / GIB, 2),
                     "peak_reserved_gib": round(max(r["peak_reserved"] for r in ranks) / GIB, 2),
                     "device_used_gib": round(max(r["device_used"] for r in ranks) / GIB, 2),
                     "device_total_gib": round(ranks[0]["total"] / GIB, 2),
-                    "allocated_before_micro_batch_gib": round(before / GIB, 2),
-                    "micro_batch_transient_gib": round(transient / GIB, 2),
-                    "paper_gpus": paper_gpus,
-                    "peak_per_gpu_on_the_paper_node_gib": round(at_paper / GIB, 2),
-                    "peak_on_the_paper_node_is": "measured" if world == paper_gpus and optimizer_step else
-                    (f"engine + {STATE_BYTES_PER_PARAMETER} B x parameters / {paper_gpus} GPUs + the measured "
-                     "micro-batch transient (this world differs from the paper's)")}
+                    "allocated_before_step_gib": round(max(r["before_step"] for r in ranks) / GIB, 2),
+                    "expected_allocated_gib": round(expected / GIB, 2),
+                    "plan_low_by": round((peak - expected) / peak, 4)}
+    else:
+        figures["plan_low_by"] = None  # the CPU gives no allocator peak to compare
     if state.is_main_process:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")

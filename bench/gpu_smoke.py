@@ -3,11 +3,13 @@
 Steps (each timed; a failing step is recorded and the others still run), in this order:
 
 0. ``probe-7b`` (below), first, as it needs only torch and transformers; then ``microbatch-fsdp2``
-   (bench/fsdp_microbatch.py): one full-width micro-batch of Qwen2.5-Math-7B's shape (micro_batch_size x
-   (prompt + completion) of configs/paper.yaml: 4 x 10,240 tokens) under FSDP2 through ``accelerate launch``
-   with configs/accelerate/fsdp2.yaml, one process per GPU (every visible GPU; 2 on the CPU when dry), with
-   the colocated vLLM engine resident where vLLM imports, holding what the model's
-   ``vllm_gpu_memory_utilization`` gives it on an 80 GiB GPU: peak memory per GPU;
+   (bench/fsdp_microbatch.py): an accumulated optimiser step of Qwen2.5-Math-7B's shape (2 micro-batches, the
+   widest, micro_batch_size x (prompt + completion) of configs/paper.yaml = 2 x 10,240 tokens, after a
+   narrower one, each reduce-scattered) under FSDP2 through ``accelerate launch`` with
+   configs/accelerate/fsdp2.yaml, one process per GPU (every visible GPU; 2 on the CPU when dry), with the
+   colocated vLLM engine resident where vLLM imports, holding what the model's ``vllm_gpu_memory_utilization``
+   gives it on an 80 GiB GPU: peak memory per GPU against balagg.train.memory's figure for the same run
+   (the step fails when the model is low by more than 10 %);
 1. ``build``: a random Qwen2 of Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads / 2 KV, intermediate
    4864) with the tiny world's tokenizer, saved with ``save_pretrained``; tiny-world arithmetic problems
    as training and benchmark files.
@@ -135,6 +137,9 @@ def cell(workdir: Path, aggregator: str, *, dry: bool, use_vllm: bool = False) -
         "use_vllm": use_vllm, "vllm_gpu_memory_utilization": 0.3,
         "accelerate_config": str(REPO / "configs" / "accelerate" / "fsdp2.yaml"), "num_processes": 1,
         "verifier_workers": 1, "torch_threads": 1 if dry else 2, "mlflow_tracking_uri": None,
+        # the resumable state stays after training: what the launch ran is read off it, and the resume step
+        # trains from it again
+        "keep_resumable_state": True,
     }
 
 
@@ -184,12 +189,13 @@ def distributed_mode(state: Path) -> str:
 
 
 def resume(workdir: Path, name: str, timeout: float) -> dict:
-    """Lose the last resumable checkpoint and the manifest, rerun: it must resume from the one before and
-    end at the last step."""
+    """Lose the last resumable checkpoint, the record that the cell is trained and the manifest, rerun: it
+    must resume from the checkpoint before and end at the last step."""
     folder = workdir / name
     spec = json.loads((folder / "cell.json").read_text())
     last, before = spec["total_steps"], spec["total_steps"] - spec["save_every"]
     shutil.rmtree(folder / "train" / "state" / f"checkpoint-{last}")
+    (folder / "train" / "trained.json").unlink()
     (folder / "manifest.json").unlink()
     figures = train(workdir, name, spec, timeout)
     log = (folder / "train" / "train.log").read_text()
@@ -267,15 +273,26 @@ def probe(shape: str, prompt: int, completion: int, device: str, repeats: int = 
     return figures
 
 
+PLAN_LOW_LIMIT = 0.10
+"""The step fails when balagg.train.memory's allocation for the measured run is below the measured peak by
+more than this share (a plan that is low sends jobs to run out of memory)."""
+
+
 def microbatch(workdir: Path, processes: int, timeout: float, dry: bool) -> dict:
-    """bench/fsdp_microbatch.py through the paper's launcher with ``processes`` processes; its figures."""
+    """bench/fsdp_microbatch.py through the paper's launcher with ``processes`` processes; its figures. A
+    measured peak above the memory model's figure by more than :data:`PLAN_LOW_LIMIT` fails the step."""
     out = workdir / "microbatch" / "figures.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                str(REPO / "configs" / "accelerate" / "fsdp2.yaml"), "--num_processes", str(processes),
                "--main_process_port", "0", str(REPO / "bench" / "fsdp_microbatch.py"), "--out", str(out)]
     run(command + (["--quick"] if dry else []), out.parent / "microbatch.out", timeout)
-    return json.loads(out.read_text())
+    figures = json.loads(out.read_text())
+    low = figures.get("plan_low_by")
+    if low is not None and low > PLAN_LOW_LIMIT:
+        raise RuntimeError(f"the memory model is low: it expects {figures['expected_allocated_gib']} GiB allocated, "
+                           f"the run peaked at {figures['peak_allocated_gib']} GiB ({low:.1%} more; figures {out})")
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:

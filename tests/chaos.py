@@ -11,8 +11,9 @@
    ``--kills`` kills (or ``--budget-s`` of rounds) the grid is rerun until Snakemake succeeds.
 3. Comparison: every file under results/smoke/ identical, byte for byte, after :func:`normalise` drops
    the wall-clock fields (seconds, step_seconds, tokens_per_s, ...), the run-specific ids and the
-   folder name, and PDF creation dates; logs, benchmark timings, resumable trainer state, lock files
-   and the MLflow store itself are not compared as files. The MLflow store instead: exactly one live
+   folder name, and PDF creation dates; logs, benchmark timings, lock files and the MLflow store itself
+   are not compared as files. A finished cell keeps no resumable state in either tree (the trainer
+   removes it), so a state that a kill left behind is a difference. The MLflow store instead: exactly one live
    (not superseded) run per cell, no (key, step) logged twice in any run, the same points as the
    reference run's (wall-clock keys aside), one analysis run.
 
@@ -50,7 +51,7 @@ RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
 SPARED = ("sandbox_launcher", "resource_tracker")
 """Processes never killed: a code sample's sandbox (its death is the sample's failure, by design) and
 multiprocessing's bookkeeping."""
-SKIPPED_PARTS = ("logs", "benchmarks", "state", "mlartifacts")
+SKIPPED_PARTS = ("logs", "benchmarks", "mlartifacts")
 SKIPPED_NAMES = ("train.log", "train.lock", "mlflow.db", "mlflow.db.setup.lock", "mlflow.db.write.lock",
                  "stopped.json", "report.html")  # the report embeds the compared artifacts plus Snakemake's run times
 ID_FILES = ("mlflow_run_id",)

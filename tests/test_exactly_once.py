@@ -167,14 +167,56 @@ def test_rerun_of_a_finished_cell_writes_only_its_manifest(tmp_path):
     from balagg.train.run import run_cell
 
     cell, workdir = _fake_finished_cell(tmp_path, total=4)  # a 5th line: a step logged after the last save
-    before = {p: p.stat().st_mtime_ns for p in workdir.root.rglob("*") if p.is_file() and p != workdir.metrics}
+    before = {p: p.stat().st_mtime_ns for p in workdir.root.rglob("*")
+              if p.is_file() and p != workdir.metrics and workdir.state not in p.parents}
     manifest = run_cell(cell, workdir.root, tmp_path / "manifest.json")  # no model exists: nothing is built
     assert manifest["steps"] == 4 and [c["step"] for c in manifest["checkpoints"]] == [0, 4]
     assert [row["step"] for row in read_metrics(workdir.metrics)] == [1, 2, 3, 4]
     assert json.loads((tmp_path / "manifest.json").read_text())["final_metrics"]["step"] == 4
     after = {p: p.stat().st_mtime_ns for p in before}
     assert after == before  # no checkpoint written
-    assert not list(workdir.state.glob("checkpoint-5"))
+    # the finished cell's resumable state is removed, the step it finished at recorded
+    assert not workdir.state.exists() and workdir.trained_step() == 4
+
+
+@pytest.mark.parametrize("moment", ["before the manifest", "inside the removal", "after the rename"])
+def test_a_kill_while_the_state_is_removed_trains_nothing_again(tmp_path, moment):
+    """What a kill -9 can leave of the removal (balagg.train.run): trained.json and the whole state (killed
+    before the manifest), the last checkpoint half deleted so that an older one looks like the newest
+    complete one, or the state renamed aside. The rerun trains nothing (no model exists here: it would fail
+    building one), writes the manifest and leaves no state."""
+    from balagg.train.run import run_cell
+
+    cell, workdir = _fake_finished_cell(tmp_path, total=4)
+    older = workdir.state / "checkpoint-2"
+    older.mkdir()
+    (older / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    workdir.trained.write_text(json.dumps({"step": 4}))
+    if moment == "inside the removal":
+        (workdir.state / "checkpoint-4" / "trainer_state.json").unlink()
+        assert workdir.latest_resumable() == older
+    elif moment == "after the rename":
+        workdir.state.rename(workdir.root / ".state.removing")
+    manifest = run_cell(cell, workdir.root, tmp_path / "manifest.json")
+    assert manifest["steps"] == 4 and [row["step"] for row in read_metrics(workdir.metrics)] == [1, 2, 3, 4]
+    assert not workdir.state.exists() and not (workdir.root / ".state.removing").exists()
+    assert workdir.checkpoint(4).is_dir()
+
+
+def test_the_state_stays_while_an_evaluation_checkpoint_is_missing_or_when_asked(tmp_path, caplog):
+    from dataclasses import replace
+
+    from balagg.train.run import run_cell
+
+    cell, workdir = _fake_finished_cell(tmp_path, total=4)
+    workdir.checkpoint(4).rmdir()
+    run_cell(cell, workdir.root, tmp_path / "manifest.json")
+    assert (workdir.state / "checkpoint-4").is_dir() and "steps [4] are missing" in caplog.text
+    workdir.checkpoint(4).mkdir()
+    run_cell(replace(cell, keep_resumable_state=True), workdir.root, tmp_path / "manifest.json")
+    assert (workdir.state / "checkpoint-4").is_dir()
+    run_cell(cell, workdir.root, tmp_path / "manifest.json")
+    assert not workdir.state.exists()
 
 
 def test_train_job_removes_the_derived_outputs_before_training(tmp_path):
@@ -240,14 +282,165 @@ def test_no_limit_never_stops_and_a_signal_stops_at_the_next_cycle_boundary():
     assert _steps(guard, clock, 1.0, steps=5) == 3 and guard.stopped == "signal SIGUSR1"
 
 
-def test_the_job_start_comes_from_the_launcher_or_slurm(monkeypatch):
+@pytest.fixture
+def no_job_env(monkeypatch):
+    from balagg.train.deadline import DEADLINE_ENV, START_ENV
+
+    for name in (START_ENV, DEADLINE_ENV, "SLURM_JOB_START_TIME", "SLURM_JOB_END_TIME", "SLURM_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_the_deadline_counts_from_the_jobs_real_start(no_job_env):
+    """Slurm's start of the job wins over the launcher's own (which misses what ran before it in the job:
+    Snakemake, the environment, srun); the launcher's is the fallback outside Slurm."""
     from balagg.train.deadline import START_ENV, StopGuard
 
-    monkeypatch.setenv("SLURM_JOB_START_TIME", "500")
-    monkeypatch.delenv(START_ENV, raising=False)
-    assert StopGuard(2, 1).deadline == 560.0
-    monkeypatch.setenv(START_ENV, "1000.5")
+    no_job_env.setenv(START_ENV, "1000.5")
     assert StopGuard(2, 1).deadline == 1060.5
+    no_job_env.setenv("SLURM_JOB_START_TIME", "500")
+    assert StopGuard(2, 1).deadline == 560.0
+
+
+def test_under_slurm_the_deadline_is_the_jobs_end_as_slurm_holds_it(no_job_env, tmp_path):
+    """A train job run by Snakemake's Slurm plugin sees no SLURM_JOB_START_TIME (the plugin's srun drops it):
+    squeue's time left of $SLURM_JOB_ID gives the end, also when the limit was changed; the earlier of it and
+    start + limit counts; the launcher hands the result to its processes."""
+    import stat
+
+    from balagg.train.deadline import DEADLINE_ENV, START_ENV, StopGuard, job_deadline, parse_slurm_duration
+
+    assert parse_slurm_duration("1-02:03:04") == 93784 and parse_slurm_duration("05:06") == 306
+    assert parse_slurm_duration("59") == 59 and parse_slurm_duration("UNLIMITED") is None
+    squeue = tmp_path / "squeue"
+    squeue.write_text("#!/bin/sh\n[ \"$*\" = \"--noheader --jobs 42 --format %L\" ] && echo 0:40:00\n")
+    squeue.chmod(squeue.stat().st_mode | stat.S_IXUSR)
+    no_job_env.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    no_job_env.setenv("SLURM_JOB_ID", "42")
+    # the job started at 1800 under a 60-minute limit; its launcher 700 s later
+    no_job_env.setenv(START_ENV, "2500")
+    clock = Clock(3000.0)
+    assert StopGuard(2, 60, clock=clock).deadline == 3000.0 + 2400  # 40 min left: 5400, before 2500 + 3600
+    assert job_deadline(3600.0, clock=clock, time_left=lambda job: None) == 6100.0  # squeue silent
+    no_job_env.setenv("SLURM_JOB_END_TIME", "3100")
+    assert job_deadline(3600.0, clock=clock) == 3100.0
+    no_job_env.setenv(DEADLINE_ENV, "2900.5")  # what the launcher worked out once
+    assert StopGuard(2, 60, clock=clock).deadline == 2900.5
+
+
+def test_the_next_cycle_is_predicted_from_recent_cycles_with_the_saves():
+    """Responses grow longer during RL training, so cycles do too (here a step takes 5 s + 1 s per step
+    trained, a cycle is 4 steps, a resumable save after every cycle takes 120 s, the limit is 30 min). The
+    attempt's mean step predicts the next cycle short and leaves out the save due at the boundary: that
+    stop's save would end past the limit. The longest recent cycle plus the saves (each as long as the
+    longest measured) stops in time."""
+    from balagg.train.deadline import StopGuard
+
+    clock = Clock(0.0)
+    guard = StopGuard(cycle=4, time_limit_minutes=30, start_time=0.0, clock=clock)
+    state, save_seconds, stopped = SimpleNamespace(global_step=0, max_steps=1000), 120.0, None
+    while stopped is None:
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        guard.on_step_begin(None, state, control)
+        clock.now += 5.0 + state.global_step
+        state.global_step += 1
+        control.should_save = state.global_step % 4 == 0  # as the Trainer sets it before the callbacks
+        guard.on_step_end(None, state, control)
+        if control.should_save:
+            clock.now += save_seconds
+            guard.on_save(None, state, control)
+        if control.should_training_stop:
+            stopped = state.global_step
+        assert clock.now <= 1800.0, f"step {state.global_step} ended past the limit"
+    assert "time limit" in guard.stopped and stopped == 32
+    # one more cycle and its save would not have fitted
+    assert clock.now + sum(5.0 + step for step in range(stopped, stopped + 4)) + save_seconds > 1800.0 - 90.0
+    assert guard.next_cycle_seconds() == sum(5.0 + step for step in range(stopped - 4, stopped))
+
+
+def test_a_retry_inside_the_stopped_job_starts_no_cycle_it_cannot_finish(no_job_env, tmp_path):
+    """Snakemake's Slurm plugin runs a rule's own retries inside the same Slurm job: the retry of a job
+    stopped at its limit finds minutes left. With less than the stopped attempt's cycle and two saves left
+    the launcher starts nothing (status 75, stopped.json kept for the next job); with enough it trains."""
+    from balagg.train.deadline import DEADLINE_ENV, EXIT_RESUMABLE, too_late_to_start
+    from balagg.train.launch import launch
+
+    stopped = {"step": 6, "reason": "time limit", "cycle_seconds": 600.0, "save_seconds": 100.0}
+    clock = Clock(10_000.0)
+    assert "not started" in too_late_to_start(stopped, 10_000.0 + 700, 3600.0, clock)  # 600 + 200 + 180 > 700
+    assert too_late_to_start(stopped, 10_000.0 + 1000, 3600.0, clock) is None
+    assert too_late_to_start(None, 10_000.0, 3600.0, clock) is None  # a first attempt always trains a cycle
+    assert too_late_to_start({"step": 6, "reason": "signal SIGTERM", "cycle_seconds": None}, 10_000.0, 60, clock) is None
+
+    cell, workdir = _fake_finished_cell(tmp_path, total=8)  # no model exists: a training would fail
+    workdir.stopped.write_text(json.dumps(stopped))
+    no_job_env.setenv(DEADLINE_ENV, repr(time.time() + 300))
+    from dataclasses import replace
+
+    assert launch(replace(cell, time_limit_minutes=60), workdir.root, tmp_path / "manifest.json", []) == EXIT_RESUMABLE
+    assert json.loads(workdir.stopped.read_text()) == stopped and not (tmp_path / "manifest.json").exists()
+
+
+def _warned_run(guard, clock, step_seconds: float, warn_at: float, steps: int = 10_000):
+    """Steps of ``step_seconds`` (a save after every cycle takes 60 s); Slurm's warning handled at
+    ``warn_at``; the step it stopped at and the clock then."""
+    state = SimpleNamespace(global_step=0, max_steps=steps)
+    for _ in range(steps):
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        guard.on_step_begin(None, state, control)
+        clock.now += step_seconds
+        if guard.warned_at is None and clock.now >= warn_at:
+            os.kill(os.getpid(), signal.SIGURG)
+        state.global_step += 1
+        control.should_save = state.global_step % guard.cycle == 0
+        guard.on_step_end(None, state, control)
+        if control.should_save:
+            clock.now += 60.0
+            guard.on_save(None, state, control)
+        if control.should_training_stop:
+            return state.global_step, clock.now
+    return None, clock.now
+
+
+@pytest.fixture
+def signal_handlers():
+    from balagg.processes import STOP_SIGNALS
+
+    previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    yield
+    for number, handler in previous.items():
+        signal.signal(number, handler)
+
+
+def test_slurms_warning_makes_the_guard_wary_of_two_cycles_within_the_lead(no_job_env, signal_handlers):
+    """SIGURG, which the Slurm profile asks for an hour before a train job's limit (every process that does
+    not handle it ignores it): from then on the end is at most an hour away and the guard wants room for two
+    predicted cycles. Cases: a paper-like job (24 h, 26-minute cycles) whose deadline was read an hour too
+    late stops at its next boundary and ends inside the hour; a short job that gets the warning at its start
+    (cycles of seconds) goes on; a job without a known deadline stops by the warning's."""
+    from balagg.processes import STOP_SIGNALS
+    from balagg.train.deadline import WARNING_LEAD_S, WARNING_SIGNAL, StopGuard
+
+    assert WARNING_SIGNAL == signal.SIGURG and WARNING_SIGNAL in STOP_SIGNALS and WARNING_LEAD_S == 3600
+    clock = Clock(0.0)
+    late = StopGuard(cycle=4, time_limit_minutes=25 * 60, start_time=0.0, clock=clock)  # an hour too late
+    late.install_signal_handlers()
+    end = 24 * 3600.0
+    stopped, now = _warned_run(late, clock, step_seconds=390.0, warn_at=end - WARNING_LEAD_S)
+    assert "Slurm's warning came" in late.stopped and now <= end
+    assert now - late.warned_at <= 4 * 390.0 + 2 * 60.0  # its next boundary, and the stop's save
+
+    clock = Clock(0.0)
+    short = StopGuard(cycle=2, time_limit_minutes=30, start_time=0.0, clock=clock)
+    short.install_signal_handlers()
+    stopped, now = _warned_run(short, clock, step_seconds=5.0, warn_at=0.0)
+    assert short.warned_at == 5.0 and "time limit" in short.stopped and 1800.0 - 300 < now <= 1800.0
+
+    clock = Clock(0.0)
+    unknown = StopGuard(cycle=2, time_limit_minutes=None, clock=clock)
+    unknown.install_signal_handlers()
+    stopped, now = _warned_run(unknown, clock, step_seconds=60.0, warn_at=1000.0)
+    assert "Slurm's warning came" in unknown.stopped and now <= 1000.0 + WARNING_LEAD_S
 
 
 # ---- MLflow ---------------------------------------------------------------------------------------

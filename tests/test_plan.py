@@ -51,8 +51,14 @@ def test_plan_arithmetic_by_hand(small):
     assert cell.padded_tokens == pytest.approx(4 * 4 * 2 * width)
     # sampling at the rollout rate, a log-prob forward pass (2 iterations: old log-probs; the same 4 rows per
     # GPU sorted) and two forward + backward passes over the padded tokens
-    assert cell.train_gpu_hours == pytest.approx((1600 / 0.1 + 32 * width * (2 + 0.25) / 1.0) / 3600)
-    assert cell.train_wall_hours == pytest.approx(cell.train_gpu_hours / 2)  # 2 GPUs per train job
+    compute = (1600 / 0.1 + 32 * width * (2 + 0.25) / 1.0) / 3600
+    # saves at the default 500 MB/s, on both GPUs: the resumable state (12 B x 1e6) at the last step (save_every
+    # 10 > 8 steps), and once more at each of the 2 stops of the 3 jobs that 2.9 h take under a 1 h limit; the
+    # 2 evaluation checkpoints (2 B x 1e6)
+    saves = ((1 + 2) * 12e6 + 2 * 2e6) / 500e6 / 3600
+    assert cell.save_hours == pytest.approx(saves)
+    assert cell.train_gpu_hours == pytest.approx(compute + 2 * saves)
+    assert cell.train_wall_hours == pytest.approx(compute / 2 + saves)  # 2 GPUs per train job
     # checkpoints 4 and 8; each: n 8 x 15 problems x 0.5 x 50 tokens
     assert cell.jobs == {"train": 1, "generate": 2, "score": 2}
     assert cell.eval_tokens == 2 * 8 * 15 * 25 and initial.eval_tokens == 3000
@@ -120,15 +126,22 @@ def test_the_forward_backward_rate_is_the_quantity_gpu_smoke_measures():
     assert figures["gradient_checkpointing"] is True  # the plan's forward-only share assumes it
 
 
-def test_checkpoint_disk_per_cell_and_in_total(small):
+def test_checkpoint_disk_per_cell_and_in_total(small, tmp_path):
     """Eval checkpoints in bf16 (2 B/parameter, trained steps only), resumable state 12 B/parameter, kept
-    keep_checkpoints times plus one while saving; the total adds every cell and the model's snapshot."""
+    keep_checkpoints times plus one while saving; the total adds every cell and the model's snapshot. After
+    training only the evaluation checkpoints stay (the trainer removes the resumable state), unless
+    keep_resumable_state keeps keep_checkpoints of them."""
     lines, total = plan_lines(load_config([str(small)]))
     initial, cell, _ = lines
     # 2 eval checkpoints x 1e6 x 2 B + (2 kept + 1) x 1e6 x 12 B
     assert cell.disk_bytes == 2 * 2e6 + 3 * 12e6
     assert initial.disk_bytes == 2e6
     assert total.disk_bytes == 2 * cell.disk_bytes + 2e6
+    assert cell.kept_bytes == 2 * 2e6 and initial.kept_bytes == 2e6 and total.kept_bytes == 2 * 2 * 2e6 + 2e6
+    keep = tmp_path / "keep.yaml"
+    keep.write_text(yaml.safe_dump({"train": {"keep_resumable_state": True}}))
+    _, cell, _ = plan_lines(load_config([str(small), str(keep)]))[0]
+    assert cell.kept_bytes == 2 * 2e6 + 2 * 12e6
 
 
 def test_printed_plan_states_widths_disk_memory_and_job_limits(small, tmp_path, capsys):
@@ -187,7 +200,8 @@ def test_tiny_models_are_planned_on_their_own_familys_benchmarks(tmp_path, capsy
     printed = capsys.readouterr().out
     assert "benchmark problems (walker): aime24 16, math500 16" in printed
     assert "benchmark problems (chainer): aime24 48, math500 48" in printed
-    assert "disk and host memory: not estimated (set plan.models.walker.parameters)" in printed
+    assert "disk, save time and host memory: not estimated (set plan.models.walker.parameters or its shape)" in printed
+    assert "train job GPU memory: not estimated (set plan.models.walker.shape)" in printed
 
 
 def test_later_files_override_and_per_model_rates_win(small, tmp_path, capsys):
@@ -231,3 +245,89 @@ def test_the_plan_rule_writes_what_the_command_prints(workdir):  # noqa: F811
     written = (workdir / "results/smoke/plan.txt").read_text()
     assert written == format_plan(load_config([str(REPO / "configs/smoke.yaml")])) + "\n"
     assert "tiny-s/arith-long/balanced-agg/seed0" in written and not (workdir / "results/smoke/data").exists()
+
+
+def paper_figures(*overlays: dict, tmp_path=None) -> dict:
+    paths = [str(REPO / "configs" / "paper.yaml")]
+    for number, overlay in enumerate(overlays):
+        path = tmp_path / f"overlay{number}.yaml"
+        path.write_text(yaml.safe_dump(overlay))
+        paths.append(str(path))
+    config = load_config(paths)
+    return {model: model_figures(config, model) for model in config["models"]}
+
+
+def test_paper_train_jobs_leave_a_tenth_of_each_gpu_free_and_the_engines_hold_a_sequence():
+    """configs/paper.yaml on 80 GB GPUs (balagg.train.memory): each model's train job keeps at least 10 % of
+    its GPU free at its peak, the colocated engine's KV cache holds a full-length rollout, and an evaluation
+    engine holds a sequence of the model's context."""
+    for model, figures in paper_figures().items():
+        memory = figures.train_memory
+        assert memory.total == pytest.approx(80 * 2**30 * 0.99)
+        assert memory.free_share >= 0.10, (model, memory.peak / 2**30)
+        assert memory.peak_phase == "backward"  # the activations' peak, not the optimiser step's
+        assert figures.train_engine.kv_tokens >= figures.train_sequence
+        assert figures.eval_memory.kv_tokens >= figures.eval_context and figures.eval_memory.free > 0
+
+
+def test_a_train_job_without_a_tenth_free_is_marked_over(tmp_path, capsys):
+    """The 7B with 4 responses per micro-batch (the train section's) leaves about 5 % of an 80 GB GPU free;
+    a user with 141 GB GPUs (gpu_memory_gb) gets room again."""
+    four = {"models": {"qwen2.5-math-7b": {"train": {"micro_batch_size": 4}}}}
+    figures = paper_figures(four, tmp_path=tmp_path)["qwen2.5-math-7b"]
+    assert figures.train_memory.free_share < 0.10
+    paths = [str(REPO / "configs" / "paper.yaml"), str(tmp_path / "overlay0.yaml")]
+    assert main(["plan", "--configfile", *paths]) == 0
+    printed = capsys.readouterr().out
+    assert "% free OVER" in printed and "OVER: a train job's GPU keeps under 10% of its memory free" in printed
+    bigger = {"models": {"qwen2.5-math-7b": {"train_resources": {"gpu_memory_gb": 141}}}}
+    figures = paper_figures(four, bigger, tmp_path=tmp_path)["qwen2.5-math-7b"]
+    assert figures.train_memory.free_share > 0.10
+
+
+def test_no_sync_accumulation_would_not_fit_the_7b():
+    """The unsharded fp32 gradients that FSDP2 keeps under no_sync (P x 4 B per GPU) on top of the paper's
+    7B train job: far over its GPU."""
+    from dataclasses import replace
+
+    from balagg.train.memory import GPUMemory, Term
+
+    memory = paper_figures()["qwen2.5-math-7b"].train_memory
+    kept = 7615616512 * 4
+    with_no_sync = replace(memory, persistent=(*memory.persistent, Term("no_sync gradients", kept)))
+    assert isinstance(with_no_sync, GPUMemory) and with_no_sync.peak > memory.total
+
+
+def test_printed_plan_states_each_models_gpu_memory_save_time_and_disk_kept(capsys):
+    assert main(["plan", "--configfile", str(REPO / "configs" / "paper.yaml")]) == 0
+    printed = capsys.readouterr().out
+    for phrase in ("train job GPU memory (79.2 GiB usable; FSDP2 over 8, reduce in fp32; the widest micro-batch "
+                   "2 x 10,240 tokens): peak", "rollout engine (0.35 of the GPU) 27.7", "weights (fp32, sharded) 3.5",
+                   "AdamW moments (2 x fp32, sharded) 7.1", "checkpointed layer inputs", "evaluation job GPU memory",
+                   "checkpoint saves at 500 MB/s (plan write_bytes_per_s): a resumable one 3.0 min",
+                   "after training 304.6 GB stays", "GB stays after training"):
+        assert phrase in printed, phrase
+    assert "OVER: a train job's GPU" not in printed
+
+
+def test_paper_save_every_keeps_the_saves_a_small_part_of_training():
+    """Saves take their bytes / write_bytes_per_s of the train wall hours: every rollout batch a 7B state
+    (91.4 GB) would be 11 % of a cell's time at 500 MB/s; configs/paper.yaml's save_every keeps it under 5 %
+    and a cell's lost work after an unforeseen failure under 5 rollout batches."""
+    config = load_config([str(REPO / "configs" / "paper.yaml")])
+    lines, _ = plan_lines(config)
+    for line in lines:
+        if line.train_gpus:
+            assert 0 < line.save_hours < 0.05 * line.train_wall_hours, line.name
+    settings = config["train"]
+    assert settings["save_every"] <= 5 * settings["mini_batches"] * settings["num_iterations"]
+    every_batch = load_config([str(REPO / "configs" / "paper.yaml")])
+    every_batch["train"]["save_every"] = settings["mini_batches"]
+    seven_b = next(line for line in plan_lines(every_batch)[0] if line.name.startswith("qwen2.5-math-7b/dapo"))
+    assert seven_b.save_hours > 0.10 * seven_b.train_wall_hours
+
+
+def test_a_stated_parameter_count_must_agree_with_the_shape(tmp_path):
+    wrong = {"plan": {"models": {"qwen3-1.7b": {"parameters": 2.5e9}}}}
+    with pytest.raises(ValueError, match="parameters of qwen3-1.7b .* differ from its shape's"):
+        paper_figures(wrong, tmp_path=tmp_path)

@@ -106,3 +106,54 @@ def test_smoke_grid_runs_as_slurm_jobs(tmp_path):
                       "gpu-smoke.yaml", cwd=work, env=CLUSTER_ENV, timeout=120)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert not SUBMITTED.search(again.stderr)
+
+
+# One cell trained long enough to be signalled.
+LONG_CELL = """\
+train:
+  total_steps: 24
+"""
+CELL = Path("results/smoke/tiny-s/arith-long/balanced-agg/seed0")
+
+
+def test_the_profiles_warning_signal_reaches_the_trainer_and_ends_nothing(tmp_path):
+    """Slurm sends --signal's signal (the profile asks for SIGURG an hour before a train job's limit) to every
+    process of the job's steps, as `scancel --signal` without --batch does: under Snakemake's Slurm plugin
+    that is Snakemake in the job, the rule's shell, the launcher and the trainer. They all live on (SIGUSR1
+    sent so ends Snakemake in the job and fails it); the trainer takes the warning, and with its seconds-long
+    cycles goes on within the hour and finishes in the same job, each step once, keeping no resumable state.
+    (What the trainer does with the warning: tests/test_exactly_once.py.)"""
+    import json
+    import sys
+    import time
+
+    work = copy_workflow(tmp_path)
+    (work / "long.yaml").write_text(LONG_CELL)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, **CLUSTER_ENV, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    command = [str(bin_dir / "snakemake"), str(CELL / "manifest.json"), "--profile", "slurm", "--profile",
+               str(LOCAL_PROFILE), "--configfile", "configs/smoke.yaml", "long.yaml"]
+    metrics = work / CELL / "train" / "metrics.jsonl"
+    with subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as run:
+        deadline = time.monotonic() + 900
+        signalled = None
+        while signalled is None:
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+            lines = metrics.read_text().splitlines() if metrics.exists() else []
+            if len(lines) >= 2:
+                queue = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout
+                signalled = next(line.split()[0] for line in queue.splitlines() if "rule_train" in line)
+                subprocess.run(["scancel", "--signal=URG", signalled], check=True)
+            time.sleep(0.5)
+        out, err = run.communicate(timeout=900)
+    assert run.returncode == 0, (out + err)[-4000:]
+    assert job_record(signalled)["JobState"] == "COMPLETED"
+    slurm_log = next((work / ".snakemake" / "slurm_logs" / "rule_train").rglob(f"{signalled}.log")).read_text()
+    assert "Trying to restart job" not in slurm_log  # one attempt: nothing stopped it
+    log = (work / CELL / "train" / "train.log").read_text()
+    assert log.count("SIGURG received") >= 1 and "stopping at step" not in log
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(1, 25))
+    assert not (work / CELL / "train" / "state").exists()
+    assert json.loads((work / CELL / "manifest.json").read_text())["steps"] == 24

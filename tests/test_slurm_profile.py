@@ -20,6 +20,8 @@ from slurm_helpers import LOCAL_PROFILE, REPO, copy_workflow, parse_profile, res
 ENV_VARS = ("BALAGG_SLURM_PARTITION", "BALAGG_SLURM_GPU_PARTITION", "BALAGG_SLURM_ACCOUNT", "BALAGG_SLURM_GPU_MODEL",
             "BALAGG_SLURM_JOBS", "BALAGG_SLURM_STATUS_COMMAND", "SBATCH_PARTITION", "SBATCH_ACCOUNT")
 GPU_RULES = ("train", "generate")
+WARNING = {"slurm_extra": "'--signal=URG@3600'"}
+"""What the profile always asks for a train job: Slurm's warning signal an hour before its limit."""
 # rule names the workflow uses; the profile must key its per-rule resources by exactly these
 WORKFLOW_RULES = ("prepare_data", "mlflow_setup", "train", "generate", "score", "collect_curve", "table1",
                   "figure1", "figure2", "figure3", "diagnosis")
@@ -47,8 +49,7 @@ def test_without_cluster_variables_no_partition_or_account_is_forced(clean_env):
     assert profile["executor"] == "slurm"
     defaults = dict(entry.split("=", 1) for entry in profile["default-resources"])
     assert "slurm_partition" not in defaults and "slurm_account" not in defaults
-    for rule in GPU_RULES:
-        assert resources_of(profile, rule) == {}
+    assert resources_of(profile, "train") == WARNING and resources_of(profile, "generate") == {}
 
 
 def test_partition_account_and_gpu_model_come_from_the_environment(clean_env):
@@ -62,7 +63,8 @@ def test_partition_account_and_gpu_model_come_from_the_environment(clean_env):
     assert defaults["slurm_partition"] == "'short'" and defaults["slurm_account"] == "'proj42'"
     assert profile["jobs"] == "7"
     for rule in GPU_RULES:
-        assert resources_of(profile, rule) == {"slurm_partition": "'gpu-a100'", "gpu_model": "'a100'"}
+        assert resources_of(profile, rule) == {"slurm_partition": "'gpu-a100'", "gpu_model": "'a100'",
+                                               **(WARNING if rule == "train" else {})}
     assert "slurm_partition" not in resources_of(profile, "score")
 
 
@@ -72,7 +74,7 @@ def test_gpu_partition_falls_back_to_the_cpu_partition_and_sbatch_variables(clea
     profile = parse_profile()
     defaults = dict(entry.split("=", 1) for entry in profile["default-resources"])
     assert defaults["slurm_partition"] == "'main'" and defaults["slurm_account"] == "'lab'"
-    assert resources_of(profile, "train") == {"slurm_partition": "'main'"}
+    assert resources_of(profile, "train") == {"slurm_partition": "'main'", **WARNING}
 
 
 def test_profile_leaves_gpu_counts_to_the_workflow(clean_env):
@@ -82,7 +84,7 @@ def test_profile_leaves_gpu_counts_to_the_workflow(clean_env):
     clean_env.setenv("BALAGG_SLURM_GPU_MODEL", "h100")
     profile = parse_profile()
     for rule in GPU_RULES:
-        assert set(resources_of(profile, rule)) == {"slurm_partition", "gpu_model"}
+        assert set(resources_of(profile, rule)) == {"slurm_partition", "gpu_model", *(WARNING if rule == "train" else ())}
     rules_in_profile = {entry.split(":", 1)[0] for entry in profile["set-resources"]}
     assert rules_in_profile <= set(WORKFLOW_RULES), rules_in_profile - set(WORKFLOW_RULES)
     for rule in set(WORKFLOW_RULES) - set(GPU_RULES):
@@ -113,6 +115,43 @@ def test_snakemake_accepts_the_profile_and_the_local_override(clean_env, tmp_pat
     log = result.stdout + result.stderr
     assert "rule score:" in log and "slurm_partition=cpu" in log and "slurm_account=acct" in log
     assert not (work / "results").exists()
+
+
+def test_train_jobs_ask_for_a_warning_signal_the_plugin_passes_to_sbatch(clean_env):
+    """The trainer stops at its next generation cycle on SIGURG (balagg.processes.STOP_SIGNALS); the profile
+    asks Slurm for it an hour before a train job's limit, through the plugin's slurm_extra, which the
+    plugin checks and appends to the sbatch call as it is."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
+
+    from balagg.processes import STOP_SIGNALS
+
+    from balagg.train.deadline import WARNING_LEAD_S, WARNING_SIGNAL
+
+    extra = eval(resources_of(parse_profile(), "train")["slurm_extra"])  # a resource expression, as Snakemake reads it
+    assert extra == "--signal=URG@3600"
+    validate_slurm_extra(SimpleNamespace(resources=SimpleNamespace(slurm_extra=extra)))  # raises if refused
+    signal_name, seconds = extra.removeprefix("--signal=").split("@")
+    import signal
+
+    assert getattr(signal, f"SIG{signal_name}") == WARNING_SIGNAL and WARNING_SIGNAL in STOP_SIGNALS
+    assert int(seconds) == WARNING_LEAD_S  # the lead the trainer counts on
+
+
+@pytest.mark.slow
+def test_score_jobs_run_a_verifier_per_cpu_they_get(clean_env, tmp_path):
+    """A score job's verifier workers are its cpus_per_task: what the Slurm profile gives it (the verifier's
+    default workers, and the plugin's --cpus-per-task), and one in a run without the profile."""
+    from balagg.settings import VERIFIER
+
+    assert resources_of(parse_profile(), "score")["cpus_per_task"] == str(VERIFIER.workers) == "2"
+    work = copy_workflow(tmp_path)
+    for profile, workers in ((["--profile", "slurm"], VERIFIER.workers), ([], 1)):
+        result = snakemake(*profile, "-n", "-p", cwd=work, env={"BALAGG_SLURM_PARTITION": "cpu"}, timeout=180)
+        assert result.returncode == 0, result.stderr[-3000:]
+        scores = [job for job in (result.stdout + result.stderr).split("\n\n") if "rule score:" in job]
+        assert scores and all(f"--workers {workers} " in job for job in scores), scores[0]
 
 
 # ---- conda environments

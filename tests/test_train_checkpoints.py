@@ -148,7 +148,7 @@ def test_training_saves_no_step_0_copy_and_bf16_eval_checkpoints(tmp_path):
     cell = {**write_cell_inputs(tmp_path, addition_rows()), "seed": 3, "learning_rate": 1e-3, "warmup_steps": 0,
             "num_generations": 4, "prompts_per_step": 2, "mini_batches": 1, "micro_batch_size": 4, "max_prompt_length": 64, "max_completion_length": 16,
             "overlong_buffer_len": 4, "total_steps": 2, "save_every": 2, "eval_every": 2, "bf16": True,
-            "verifier_workers": 1}
+            "verifier_workers": 1, "keep_resumable_state": True}  # its fp32 masters are compared below
     (tmp_path / "cell.json").write_text(json.dumps(cell))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}

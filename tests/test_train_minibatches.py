@@ -176,6 +176,24 @@ def on_policy_token_loss(model, record):
     return -(record["raw_advantages"][:, None] * torch.exp(logps - logps.detach()))
 
 
+def test_trls_response_shuffle_weights_each_step_with_the_batch_rule_times_the_mini_batches(model_dir, tmp_path):
+    """TRL's response shuffle with 2 mini-batches: token-agg (scope batch) weights every response of a
+    generation batch 1 / (the batch's tokens) times 2, so that each optimiser step, half of the batch, carries
+    the rule's whole loss in expectation (sum of e |o| over the two steps of a batch: 2, each step about 1).
+    Without the factor the steps of a batch would carry half of it between them."""
+    trainer, _ = train(model_dir, tmp_path, rule="token-agg", group_preserving=False, num_iterations=1, steps=4)
+    steps = optimiser_steps(trainer)
+    assert len(steps) == 2 * MINI_BATCHES
+    for first in range(0, len(steps), MINI_BATCHES):
+        batch = steps[first:first + MINI_BATCHES]
+        tokens = sum(length for step in batch for length in step["length"])
+        weights = [e for step in batch for e in step["e"] if e == e]
+        assert weights and weights == pytest.approx([MINI_BATCHES / tokens] * len(weights), rel=1e-5)
+        carried = sum(e * length for step in batch for e, length in zip(step["e"], step["length"]) if e == e)
+        signal = sum(length for step in batch for e, length in zip(step["e"], step["length"]) if e == e)
+        assert carried == pytest.approx(MINI_BATCHES * signal / tokens, rel=1e-5)
+
+
 def test_trls_response_shuffle_splits_groups_across_steps(model_dir, tmp_path):
     """Without group preservation (TRL's order) a step sees parts of groups: the case the option fixes."""
     trainer, _ = train(model_dir, tmp_path, rule="balanced-agg", group_preserving=False, num_iterations=1, steps=2)

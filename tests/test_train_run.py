@@ -21,7 +21,7 @@ pytest.importorskip("math_verify")  # the evaluation's pinned verifier (pyprojec
 
 from balagg.train.callbacks import WALL_CLOCK_KEYS  # noqa: E402
 from balagg.train.config import CellConfig  # noqa: E402
-from balagg.train.files import read_metrics  # noqa: E402
+from balagg.train.files import CellDir, read_metrics  # noqa: E402
 
 TOTAL_STEPS = 8
 REQUIRED_KEYS = ("step", "reward_mean", "accuracy", "pg_loss", "entropy", "clip_frac_low", "clip_frac_high",
@@ -113,8 +113,11 @@ def test_cli_trains_a_cell_end_to_end(reference_run):
     assert manifest["config_hash"] == CellConfig.load(reference_run / "cell.json").config_hash()
     assert manifest["versions"]["trl"] == "1.16.0"
     assert manifest["aggregator"] == "balanced-agg" and manifest["scope"] == "group"
-    # resumable checkpoints are pruned to keep_checkpoints
-    assert sorted(p.name for p in (workdir / "state").glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
+    # the finished cell's resumable state is removed (its evaluation checkpoints are what it is evaluated on);
+    # trained.json records the step the training finished at
+    assert not (workdir / "state").exists() and not list(workdir.glob(".state*"))
+    assert json.loads((workdir / "trained.json").read_text()) == {"step": TOTAL_STEPS}
+    assert [step for step, _ in CellDir(workdir).eval_checkpoints()] == [3, 4, 8]
 
     import mlflow
 
@@ -185,11 +188,12 @@ def test_time_limit_and_sigusr1_stop_at_resumable_checkpoints_and_resume_exactly
     while len(read_metrics(workdir / "metrics.jsonl")) < 3:
         assert second.poll() is None and time.monotonic() < deadline, second.stderr.read()[-3000:]
         time.sleep(0.01)
-    second.send_signal(signal.SIGUSR1)  # Slurm's --signal=B:USR1@... reaches the launcher
+    second.send_signal(signal.SIGUSR1)  # a user's kill -USR1 (or scancel --signal=USR1) reaches the launcher
     _, err = second.communicate(timeout=300)
     assert second.returncode == EXIT_RESUMABLE, err[-3000:]
-    stopped_at = json.loads((workdir / "stopped.json").read_text())["step"]
-    assert stopped_at in (4, 6) and "signal SIGUSR1" in err and not manifest.exists()
+    stopped = json.loads((workdir / "stopped.json").read_text())
+    assert stopped["step"] in (4, 6) and "signal SIGUSR1" in err and not manifest.exists()
+    assert stopped["cycle_seconds"] > 0 and stopped["save_seconds"] > 0  # what the next attempt checks it has time for
 
     third = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert third.returncode == 0, third.stderr[-3000:]
@@ -207,14 +211,15 @@ def test_time_limit_and_sigusr1_stop_at_resumable_checkpoints_and_resume_exactly
     for key in ("pg_loss", "len_mean", "reward_mean"):
         assert [p.step for p in client.get_metric_history(run_id, key)] == list(range(1, TOTAL_STEPS + 1)), key
 
-    # a rerun of the finished cell writes the manifest only: no step 9, no new point, no new checkpoint
-    states = sorted(p.name for p in (workdir / "state").glob("checkpoint-*"))
+    # a rerun of the finished cell, whose resumable state is gone, writes the manifest only: no step trained
+    # again, no new point, no new checkpoint
+    assert not (workdir / "state").exists()
     manifest.unlink()
     again = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(manifest.read_text())["steps"] == TOTAL_STEPS
     assert comparable(read_metrics(workdir / "metrics.jsonl")) == comparable(reference)
-    assert sorted(p.name for p in (workdir / "state").glob("checkpoint-*")) == states
+    assert not (workdir / "state").exists() and "writing its manifest only" in (workdir / "train.log").read_text()
     assert len(client.get_metric_history(run_id, "pg_loss")) == TOTAL_STEPS
 
 

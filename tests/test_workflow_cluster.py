@@ -27,11 +27,13 @@ def write_config(folder: Path, name: str, data: dict) -> str:
     return name
 
 
-def test_paper_grid_uses_fsdp2_and_checkpoints_every_rollout_batch():
+def test_paper_grid_uses_fsdp2_and_checkpoints_every_few_rollout_batches():
+    """Resumable state every few rollout batches: what its save time allows (tests/test_plan.py,
+    test_paper_save_every_keeps_the_saves_a_small_part_of_training)."""
     paper = yaml.safe_load((REPO / "configs" / "paper.yaml").read_text())
     train = paper["train"]
     assert yaml.safe_load((REPO / train["accelerate_config"]).read_text())["distributed_type"] == "FSDP"
-    assert train["save_every"] <= 2 * train["mini_batches"] * train["num_iterations"]
+    assert train["save_every"] <= 5 * train["mini_batches"] * train["num_iterations"]
     for spec in paper["models"].values():  # within a 24-48 h partition MaxTime; retries cover the rest
         assert spec["train_resources"]["runtime"] <= 2880
 

@@ -89,6 +89,7 @@ MLFLOW_RUN_ID_FILE = "mlflow_run_id"
 TRAIN_LOCK_FILE = "train.lock"
 VERIFIER_COUNTS_FILE = "verifier.json"
 STOPPED_FILE = "stopped.json"
+TRAINED_FILE = "trained.json"  # the step a finished training reached, written before its resumable state is removed
 DISTRIBUTED_FILE = "distributed.json"
 CONTEXT_FILE = "context.json"
 TRAINER_STATE_FILE = "trainer_state.json"

@@ -29,8 +29,14 @@ batch, as in TRL. ``prompt_tokens`` is the expected width of a micro-batch's pro
 rollout batch before training on it (old log-probs: ``mini_batches * num_iterations > 1``, or vLLM
 rollouts with the importance-sampling correction); a forward pass alone is taken as a quarter of a
 forward + backward with gradient checkpointing (forward, recomputed forward, backward twice the
-forward). Not modelled: optimiser steps, weight syncs to the engine, reward verification, checkpoint
-writes and job start-up.
+forward). Not modelled: optimiser steps, weight syncs to the engine, reward verification and job
+start-up. Checkpoint saves are, at the file system's ``write_bytes_per_s`` (every GPU of the job waits):
+
+    save hours          ((R_s + stops) * N * 12 + K * N * 2) / write_bytes_per_s / 3600
+    train wall hours    train GPU-seconds / GPUs / 3600 + save hours        (train GPU-hours add saves x GPUs)
+
+with ``R_s`` = ceil(total_steps / save_every) scheduled resumable saves (the last step's included) and
+``stops`` = one more per job that stops at ``train_resources.runtime`` (jobs - 1).
 
 Rates, per GPU (``plan`` section; ``plan.models.<name>`` overrides):
 
@@ -50,7 +56,11 @@ Disk, with ``N`` = ``parameters`` (stated per model) and ``keep`` = ``keep_check
     per cell            K * N * 2 + (keep + 1) * N * 12    (its peak, at its last save)
     initial model       N * 2 bytes                (the hub snapshot, bf16)
 
-The total is the sum: every cell at its peak at once, the grid's upper bound. Host memory of a train job
+The total is the sum: every cell at its peak at once, the grid's upper bound. After training a cell keeps
+its evaluation checkpoints alone (``K * N * 2``; plus ``keep * N * 12`` with ``keep_resumable_state``): the
+trainer removes its resumable state. Per-GPU memory of each model's train and evaluation job is
+:mod:`balagg.train.memory`'s, from ``plan.models.<name>.shape`` (config.json's fields) and the jobs'
+``gpu_memory_gb``; a train job that keeps under 10 % of its GPU free is marked OVER. Host memory of a train job
 (its load path, the largest): every rank materialises the whole model in fp32 on the host before FSDP
 shards it (transformers loads it on each rank, zeros on all but the first when accelerate's RAM-efficient
 loading is on), beside its own process (CUDA context, libraries, the colocated vLLM engine, the dataset):
@@ -65,13 +75,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
+from balagg.config_schema import setting
 from balagg.data.sources import SOURCES
 from balagg.completion_lengths import CompletionLengths
 from balagg.grid import Grid
 from balagg.layout import TINYWORLD_SOURCE
 from balagg.aggregators import MICRO_BATCH_RULES
 from balagg.settings import TINYWORLD
+from balagg.train.memory import GIB, EngineMemory, GPUMemory, ModelShape, eval_memory, train_memory
 
 MEASURED_RATE = ("gpu_smoke.json", "probe-7b", "tokens_per_s")
 """Where ``forward_backward_tokens_per_s_per_gpu`` is measured: file, step, key (bench/gpu_smoke.py)."""
@@ -80,6 +93,8 @@ EVAL_BYTES_PER_PARAMETER = 2  # bf16 evaluation checkpoints
 STATE_BYTES_PER_PARAMETER = 12  # fp32 weights + AdamW exp_avg and exp_avg_sq in fp32
 LOAD_BYTES_PER_PARAMETER = 4  # fp32 master weights, materialised on the host by every rank while loading
 HOST_BYTES_PER_RANK = 10e9  # one rank's process besides the weights: CUDA context, libraries, vLLM engine, data
+SHAPE_TOLERANCE = 0.005  # a stated parameter count may differ this much from its shape's (rounding)
+FREE_GPU_SHARE = 0.10  # a train job's GPU must keep this much of its memory free (OVER otherwise)
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,12 @@ class Rates:
     rollout_tokens_per_s_per_gpu: float = 2000.0
     generate_tokens_per_s_per_gpu: float = 5000.0
     parameters: float | None = None  # the model's parameter count: disk and host memory (unknown: not estimated)
+    shape: dict | None = setting(
+        None, "the model's shape, config.json's fields (balagg.train.memory.ModelShape): per-GPU memory of its "
+        "train and evaluation jobs; its parameter count is the default of parameters")
+    write_bytes_per_s: float = setting(
+        500e6, "file-system write bandwidth a job's checkpoint saves get, bytes/s (default 500 MB/s, a shared "
+        "network file system written from one node): the time of every save", exclusive_minimum=0)
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,14 @@ class ModelFigures:
     train_mem_bytes: float  # train_resources.mem_mb
     checkpoints: int  # trained evaluation checkpoints per cell
     keep_checkpoints: int
+    resumable_saves: int = 0  # a cell's scheduled resumable saves: every save_every steps and the last step
+    keep_resumable_state: bool = False  # the resumable checkpoints stay after training
+    train_memory: GPUMemory | None = None  # one GPU of a train job (None: memory_note says why)
+    train_engine: EngineMemory | None = None  # the colocated engine's share and what fills it
+    train_sequence: int = 0  # prompt + completion: the longest sequence of the train engine
+    eval_memory: EngineMemory | None = None  # one evaluation job's GPU
+    eval_context: int | None = None  # the evaluation engine's length (the model's effective context)
+    memory_note: str = ""  # how the train job is distributed, or why its memory is not estimated
 
     @property
     def untrimmed_width(self) -> float:
@@ -154,6 +183,33 @@ class ModelFigures:
         return self.checkpoints * self.eval_checkpoint_bytes + (self.keep_checkpoints + 1) * self.state_bytes
 
     @property
+    def resumable_save_hours(self) -> float | None:
+        """One resumable save: 12 P bytes, every rank its shard, at the file system's write bandwidth."""
+        return None if self.state_bytes is None else self.state_bytes / self.rates.write_bytes_per_s / 3600
+
+    @property
+    def eval_save_hours(self) -> float | None:
+        """One evaluation checkpoint: 2 P bytes gathered and written by the first rank."""
+        return None if self.eval_checkpoint_bytes is None else \
+            self.eval_checkpoint_bytes / self.rates.write_bytes_per_s / 3600
+
+    def save_hours(self, stops: int = 0) -> float:
+        """A cell's saves: its scheduled resumable saves and ``stops`` more (one per job that stops at its
+        time limit), and its evaluation checkpoints (0 when the size is unknown)."""
+        if self.rates.parameters is None:
+            return 0.0
+        return (self.resumable_saves + stops) * self.resumable_save_hours + self.checkpoints * self.eval_save_hours
+
+    @property
+    def kept_bytes(self) -> float | None:
+        """What a cell leaves on disk after training: its evaluation checkpoints (and its ``keep_checkpoints``
+        resumable ones with ``keep_resumable_state``); the resumable state is removed (balagg.train.run)."""
+        if self.rates.parameters is None:
+            return None
+        kept_state = self.keep_checkpoints * self.state_bytes if self.keep_resumable_state else 0
+        return self.checkpoints * self.eval_checkpoint_bytes + kept_state
+
+    @property
     def train_host_bytes(self) -> float | None:
         if self.rates.parameters is None:
             return None
@@ -175,14 +231,17 @@ class Line:
     eval_gpu_hours: float = 0.0
     train_wall_hours: float = 0.0  # one train job
     train_runtime_hours: float | None = None  # the job's configured limit
-    disk_bytes: float | None = 0.0  # None: unknown (no parameter count)
+    save_hours: float = 0.0  # of the train wall hours, the checkpoint saves'
+    disk_bytes: float | None = 0.0  # None: unknown (no parameter count); a cell's peak while it trains
+    kept_bytes: float | None = 0.0  # what stays after training (a model's snapshot; a cell's evaluation checkpoints)
 
     def add(self, other: Line) -> None:
         for key, count in other.jobs.items():
             self.jobs[key] = self.jobs.get(key, 0) + count
-        for name in ("train_tokens", "padded_tokens", "eval_tokens", "train_gpu_hours", "eval_gpu_hours"):
+        for name in ("train_tokens", "padded_tokens", "eval_tokens", "train_gpu_hours", "eval_gpu_hours", "save_hours"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.disk_bytes = None if None in (self.disk_bytes, other.disk_bytes) else self.disk_bytes + other.disk_bytes
+        self.kept_bytes = None if None in (self.kept_bytes, other.kept_bytes) else self.kept_bytes + other.kept_bytes
 
 
 def model_rates(config: dict, model: str) -> Rates:
@@ -201,7 +260,26 @@ def model_rates(config: dict, model: str) -> Rates:
         raise ValueError(f"plan: tokens per second of {model} must be positive")
     if rates.parameters is not None and rates.parameters <= 0:
         raise ValueError(f"plan: parameters of {model} must be positive, got {rates.parameters}")
+    if rates.write_bytes_per_s <= 0:
+        raise ValueError(f"plan: write_bytes_per_s of {model} must be positive, got {rates.write_bytes_per_s}")
+    shape = model_shape(rates, model)
+    if shape is not None:
+        if rates.parameters is None:
+            rates = replace(rates, parameters=shape.parameters)
+        elif abs(rates.parameters - shape.parameters) > SHAPE_TOLERANCE * shape.parameters:
+            raise ValueError(f"plan: parameters of {model} ({rates.parameters:,.0f}) differ from its shape's "
+                             f"({shape.parameters:,}); correct one of them")
     return rates
+
+
+def model_shape(rates: Rates, model: str) -> ModelShape | None:
+    """The model's :class:`~balagg.train.memory.ModelShape` from ``plan.models.<model>.shape`` (None: not given)."""
+    if rates.shape is None:
+        return None
+    try:
+        return ModelShape.from_dict(rates.shape)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"plan.models.{model}.shape: {error}") from None
 
 
 def bench_problems(config: dict, model: str | None = None) -> dict[str, int]:
@@ -264,7 +342,67 @@ def model_figures(config: dict, model: str, grid: Grid | None = None) -> ModelFi
         eval_job_hours=eval_seconds / generate_gpus / 3600,
         generate_runtime_hours=grid.resource(model, "generate_resources", "runtime") / 60,
         train_ranks=train_gpus, train_mem_bytes=grid.resource(model, "train_resources", "mem_mb") * 1e6,
-        checkpoints=checkpoints, keep_checkpoints=train["keep_checkpoints"])
+        checkpoints=checkpoints, keep_checkpoints=train["keep_checkpoints"],
+        resumable_saves=math.ceil(train["total_steps"] / train["save_every"]),
+        keep_resumable_state=train["keep_resumable_state"], **gpu_memory(config, grid, model, rates, train))
+
+
+def distribution(train: dict, gpus: int) -> tuple[bool, int, str]:
+    """How a train job of ``gpus`` GPUs holds its state: (sharded, reduce dtype bytes, description), from the
+    cell's accelerate config as the launcher runs it (balagg.train.launch: none and one GPU, the launcher's
+    own process; none and several, DDP; an FSDP2 config with balagg's precision policy, balagg.train.precision)."""
+    from balagg.train.precision import DTYPE_NAMES, policy_settings
+
+    compute = 2 if train["bf16"] else 4
+    config_file = train.get("accelerate_config")
+    if config_file is None:
+        return False, 4, "one process" if gpus <= 1 else f"DDP over {gpus}"
+    import yaml
+
+    if not Path(config_file).is_file():
+        raise ValueError(f"accelerate config {config_file} does not exist")
+    kind = str((yaml.safe_load(Path(config_file).read_text()) or {}).get("distributed_type", "")).upper()
+    if kind != "FSDP":
+        return False, 4, f"{kind or 'DDP'} over {gpus}"
+    policy = policy_settings(config_file)
+    reduce = compute if policy is None else (2 if DTYPE_NAMES[policy["reduce_dtype"]] != "float32" else 4)
+    return True, reduce, f"FSDP2 over {gpus}, reduce in {'fp32' if reduce == 4 else 'bf16'}"
+
+
+def gpu_memory(config: dict, grid: Grid, model: str, rates: Rates, train: dict) -> dict:
+    """The :class:`ModelFigures` fields of GPU memory (balagg.train.memory) for ``model``'s train and
+    evaluation jobs; a note says why where they are not estimated."""
+    from balagg.evaluation.generation.requests import GenerationConfig
+
+    shape = model_shape(rates, model)
+    gpus = grid.resource(model, "train_resources", "gpus")
+    if shape is None:
+        return {"memory_note": f"not estimated (set plan.models.{model}.shape)"}
+    if gpus < 1:
+        return {"memory_note": "not estimated (a CPU train job: train_resources.gpus is 0)"}
+    try:
+        sharded, reduce_bytes, note = distribution(train, gpus)
+    except ValueError as error:
+        return {"memory_note": f"not estimated ({error})"}
+    colocated = train["use_vllm"] and train["vllm_mode"] == "colocate"
+    share = train["vllm_gpu_memory_utilization"] if colocated else None
+    gpu_gb = grid.resource(model, "train_resources", "gpu_memory_gb")
+    figures = {"memory_note": note, "train_sequence": train["max_prompt_length"] + train["max_completion_length"],
+               "train_memory": train_memory(
+                   shape, gpus=gpus, gpu_memory_gb=gpu_gb, micro_batch_size=train["micro_batch_size"],
+                   prompt_tokens=train["max_prompt_length"], completion_tokens=train["max_completion_length"],
+                   bf16=train["bf16"], reduce_bytes=reduce_bytes, sharded=sharded, engine_share=share,
+                   gradient_checkpointing=train["gradient_checkpointing"])}
+    if share:
+        figures["train_engine"] = eval_memory(shape, gpu_memory_gb=gpu_gb, engine_share=share)
+    if grid.resource(model, "generate_resources", "gpus") >= 1:
+        engine_share = next(f.default for f in fields(GenerationConfig) if f.name == "gpu_memory_utilization")
+        figures["eval_memory"] = eval_memory(shape, gpu_memory_gb=grid.resource(model, "generate_resources",
+                                                                                "gpu_memory_gb"),
+                                             engine_share=engine_share)
+        figures["eval_context"] = config["models"][model].get("max_position_embeddings",
+                                                               shape.max_position_embeddings)
+    return figures
 
 
 def plan_lines(config: dict) -> tuple[list[Line], Line]:
@@ -286,22 +424,35 @@ def plan_lines(config: dict) -> tuple[list[Line], Line]:
         eval_hours = per_checkpoint / rates.generate_tokens_per_s_per_gpu / 3600
         snapshot = None if rates.parameters is None else rates.parameters * EVAL_BYTES_PER_PARAMETER
         lines.append(Line(f"{model}/initial (step 0)", {"generate": 1, "score": 1}, 0, generate_gpus,
-                          eval_tokens=per_checkpoint, eval_gpu_hours=eval_hours, disk_bytes=snapshot))
+                          eval_tokens=per_checkpoint, eval_gpu_hours=eval_hours, disk_bytes=snapshot,
+                          kept_bytes=snapshot))
         for cell in (cell for cell in grid.cells if cell.model == model):
             padded_tokens = responses * (rates.prompt_tokens + figures.completion_width(cell.aggregator))
-            train_hours = (train_tokens / rates.rollout_tokens_per_s_per_gpu
-                           + (padded_tokens * train["num_iterations"] + logprob_tokens * FORWARD_SHARE)
-                           / rates.forward_backward_tokens_per_s_per_gpu) / 3600
+            compute_hours = (train_tokens / rates.rollout_tokens_per_s_per_gpu
+                             + (padded_tokens * train["num_iterations"] + logprob_tokens * FORWARD_SHARE)
+                             / rates.forward_backward_tokens_per_s_per_gpu) / 3600
+            wall, save_hours = train_wall(figures, compute_hours / max(train_gpus, 1), runtime / 60 if runtime else None)
             lines.append(Line(
                 cell.relpath, {"train": 1, "generate": figures.checkpoints, "score": figures.checkpoints},
                 train_gpus, generate_gpus, train_tokens=train_tokens, padded_tokens=padded_tokens,
-                eval_tokens=figures.checkpoints * per_checkpoint, train_gpu_hours=train_hours,
-                eval_gpu_hours=figures.checkpoints * eval_hours, train_wall_hours=train_hours / max(train_gpus, 1),
-                train_runtime_hours=runtime / 60 if runtime else None, disk_bytes=figures.cell_disk_bytes))
+                eval_tokens=figures.checkpoints * per_checkpoint,
+                train_gpu_hours=compute_hours + save_hours * max(train_gpus, 1),
+                eval_gpu_hours=figures.checkpoints * eval_hours, train_wall_hours=wall, save_hours=save_hours,
+                train_runtime_hours=runtime / 60 if runtime else None, disk_bytes=figures.cell_disk_bytes,
+                kept_bytes=figures.kept_bytes))
     total = Line("total", {"prepare_data": len(grid.data_files())})
     for line in lines:
         total.add(line)
     return lines, total
+
+
+def train_wall(figures: ModelFigures, compute_hours: float, limit_hours: float | None) -> tuple[float, float]:
+    """A cell's train wall hours and the part of them spent saving: the compute, its scheduled saves and
+    evaluation checkpoints, and one resumable save more for each job that stops at its time limit."""
+    wall = compute_hours + figures.save_hours()
+    stops = max(math.ceil(wall / limit_hours) - 1, 0) if limit_hours else 0
+    save_hours = figures.save_hours(stops)
+    return compute_hours + save_hours, save_hours
 
 
 def _tokens(value: float) -> str:
@@ -335,6 +486,52 @@ def _width_note(figures: ModelFigures) -> str:
             "rollout rows sorted)")
 
 
+def _gib(value: float) -> str:
+    return f"{value / GIB:.1f}"
+
+
+def _terms(terms) -> str:
+    return " + ".join(f"{term.name} {_gib(term.bytes)}" for term in terms if term.bytes)
+
+
+def _train_memory_notes(figures: ModelFigures) -> list[str]:
+    """The train job's GPU, term by term (balagg.train.memory), OVER under :data:`FREE_GPU_SHARE` free."""
+    memory = figures.train_memory
+    if memory is None:
+        return [f"    train job GPU memory: {figures.memory_note}"]
+    peak = memory.peak_phase
+    over = " OVER" if memory.free_share < FREE_GPU_SHARE else ""
+    notes = [f"    train job GPU memory ({memory.total / GIB:.1f} GiB usable; {figures.memory_note}; the widest "
+             f"micro-batch {figures.micro_batch_size} x {figures.train_sequence:,} tokens): peak "
+             f"{_gib(memory.peak)} GiB in the {peak}, {memory.free_share:.1%} free{over}",
+             f"      held all run (GiB): {_terms(memory.persistent)}",
+             f"      {peak}: {_terms(memory.phases[peak])} + allocator slack {_gib(memory.slack)}",
+             "      other phases: " + ", ".join(f"{name} {_gib(memory.phase_bytes(name))}" for name in memory.phases
+                                               if name != peak) + " GiB"]
+    engine = figures.train_engine
+    if engine is not None:
+        sequences = engine.kv_tokens / figures.train_sequence
+        short = " OVER" if sequences < 1 else ""
+        notes.append(f"      the engine's {_gib(engine.engine)} GiB: weights {_gib(engine.weights)} + activations "
+                     f"{_gib(engine.activations)} + KV cache {_gib(engine.kv_cache)} ({_tokens(engine.kv_tokens)} "
+                     f"tokens, {sequences:.0f} sequences of {figures.train_sequence:,}){short}")
+    return notes
+
+
+def _eval_memory_note(figures: ModelFigures) -> str | None:
+    """The evaluation job's GPU: OVER when its engine cannot hold one sequence of its length."""
+    engine = figures.eval_memory
+    if engine is None:
+        return None
+    context = figures.eval_context
+    fits = engine.kv_tokens >= (context or 1) and engine.free > 0
+    length = f", {engine.kv_tokens / context:.0f} sequences of its context {context:,}" if context else ""
+    return (f"    evaluation job GPU memory ({engine.total / GIB:.1f} GiB usable): the engine's {engine.share:g} = "
+            f"{_gib(engine.engine)} GiB: weights {_gib(engine.weights)} + activations {_gib(engine.activations)} + "
+            f"KV cache {_gib(engine.kv_cache)} ({_tokens(engine.kv_tokens)} tokens{length}); CUDA context and "
+            f"graphs {_gib(engine.outside)} outside it; {_gib(engine.free)} GiB free" + ("" if fits else " OVER"))
+
+
 def _model_notes(figures: ModelFigures) -> list[str]:
     """The per-model assumptions and derived figures printed under the table."""
     rates, lengths = figures.rates, figures.lengths
@@ -348,14 +545,27 @@ def _model_notes(figures: ModelFigures) -> list[str]:
     over = " OVER" if figures.eval_job_hours > figures.generate_runtime_hours else ""
     notes.append(f"    evaluation job: {figures.eval_job_hours:.2f} h at the generate rate "
                  f"(limit {figures.generate_runtime_hours:g} h, generate_resources.runtime){over}")
+    notes += _train_memory_notes(figures)
+    eval_note = _eval_memory_note(figures)
+    if eval_note:
+        notes.append(eval_note)
     if figures.rates.parameters is None:
-        notes.append(f"    disk and host memory: not estimated (set plan.models.{figures.model}.parameters)")
+        notes.append(f"    disk, save time and host memory: not estimated (set plan.models.{figures.model}.parameters "
+                     "or its shape)")
         return notes
     parameters = figures.rates.parameters
     notes.append(f"    checkpoints ({parameters / 1e9:.2f}G parameters): {figures.checkpoints} eval x "
                  f"{_gigabytes(figures.eval_checkpoint_bytes)} GB (bf16) + ({figures.keep_checkpoints} kept + 1 "
                  f"while saving) x {_gigabytes(figures.state_bytes)} GB resumable (fp32 weights + AdamW) = "
-                 f"{_gigabytes(figures.cell_disk_bytes)} GB per cell")
+                 f"{_gigabytes(figures.cell_disk_bytes)} GB per cell at its peak; after training "
+                 f"{_gigabytes(figures.kept_bytes)} GB stays (" + ("the evaluation checkpoints and the "
+                 "resumable ones: keep_resumable_state)" if figures.keep_resumable_state else
+                 "the evaluation checkpoints; the resumable state is removed)"))
+    rate = rates.write_bytes_per_s
+    notes.append(f"    checkpoint saves at {rate / 1e6:g} MB/s (plan write_bytes_per_s): a resumable one "
+                 f"{figures.resumable_save_hours * 60:.1f} min x {figures.resumable_saves} scheduled (save_every) "
+                 f"+ one per job stopped at its limit, an evaluation one {figures.eval_save_hours * 60:.1f} min x "
+                 f"{figures.checkpoints}; in the train wall hours")
     short = " SHORT" if figures.train_host_bytes > figures.train_mem_bytes else ""
     notes.append(f"    train job host memory (load path): {figures.train_ranks} ranks x ({parameters / 1e9:.2f}G x "
                  f"{LOAD_BYTES_PER_PARAMETER} B + {HOST_BYTES_PER_RANK / 1e9:g} GB) = "
@@ -371,7 +581,7 @@ def format_plan(config: dict) -> str:
     width = max(len(line.name) for line in [*lines, total])
     header = (f"{'cell':<{width}}  {'jobs (train/gen/score)':>22}  {'GPUs train/gen':>14}  "
               f"{'train tokens gen/padded':>23}  {'eval tokens':>11}  {'train GPU-h':>11}  {'eval GPU-h':>10}  "
-              f"{'train wall h (limit)':>20}  {'disk GB':>9}")
+              f"{'train wall h (limit)':>20}  {'saves h':>7}  {'disk GB peak/kept':>17}")
     out = [header, "-" * len(header)]
     for line in [*lines, total]:
         jobs = "/".join(str(line.jobs.get(k, 0)) for k in ("train", "generate", "score"))
@@ -384,12 +594,14 @@ def format_plan(config: dict) -> str:
             wall = f"{line.train_wall_hours:.1f} ({limit}){over}"
         out.append(f"{line.name:<{width}}  {jobs:>22}  {gpus:>14}  {tokens:>23}  "
                    f"{_tokens(line.eval_tokens):>11}  {line.train_gpu_hours:>11.1f}  {line.eval_gpu_hours:>10.1f}  "
-                   f"{wall:>20}  {_gigabytes(line.disk_bytes):>9}")
+                   f"{wall:>20}  {line.save_hours:>7.1f}  "
+                   f"{_gigabytes(line.disk_bytes) + '/' + _gigabytes(line.kept_bytes):>17}")
     out.append(f"total GPU-hours: {total.train_gpu_hours + total.eval_gpu_hours:.1f} "
                f"(training {total.train_gpu_hours:.1f}, evaluation {total.eval_gpu_hours:.1f}); "
                f"plus {total.jobs['prepare_data']} data jobs, CPU scoring and the analysis")
-    out.append(f"total disk: {_gigabytes(total.disk_bytes)} GB (every cell at its peak, plus each model's hub "
-               "snapshot; the evaluation checkpoints alone stay after training)")
+    out.append(f"total disk: {_gigabytes(total.disk_bytes)} GB at the peak (every cell at its peak, plus each "
+               f"model's hub snapshot); {_gigabytes(total.kept_bytes)} GB stays after training (the evaluation "
+               "checkpoints and the snapshots; a cell's resumable state is removed once its training is complete)")
     if config.get("checkpoints"):
         out.append(f"not costed: {len(config['checkpoints'])} external checkpoint(s) (checkpoints:), one generate "
                    "and one score job per step each, with their generate_resources (docs/checkpoints.md)")
@@ -399,10 +611,17 @@ def format_plan(config: dict) -> str:
         out.append("OVER: an evaluation job outlasts generate_resources.runtime: raise it")
     if any(f.train_host_bytes is not None and f.train_host_bytes > f.train_mem_bytes for f in every_model):
         out.append("SHORT: train_resources.mem_mb is below the load path's host memory")
+    if any(f.train_memory is not None and f.train_memory.free_share < FREE_GPU_SHARE for f in every_model):
+        out.append(f"OVER: a train job's GPU keeps under {FREE_GPU_SHARE:.0%} of its memory free (balagg.train.memory): "
+                   "lower micro_batch_size or vllm_gpu_memory_utilization, or use more GPUs")
+    if any(f.eval_memory is not None and _eval_memory_note(f).endswith("OVER") for f in every_model):
+        out.append("OVER: an evaluation engine's KV cache cannot hold one sequence of its context")
     out.append("assumptions (plan section; balagg.plan): train GPU-h = generated tokens / rollout rate + (padded "
                f"tokens x iterations + log-prob pass tokens / 4) / forward+backward rate; forward+backward = "
-               f"{'/'.join(MEASURED_RATE)} (bench/gpu_smoke.sh); eval GPU-h = tokens / generate rate; disk: eval "
-               "checkpoints 2 B/parameter, resumable state 12 B/parameter")
+               f"{'/'.join(MEASURED_RATE)} (bench/gpu_smoke.sh); train wall h = train GPU-h / GPUs + the saves' "
+               "time (bytes / write_bytes_per_s); eval GPU-h = tokens / generate rate; disk: eval checkpoints "
+               "2 B/parameter, resumable state 12 B/parameter; GPU memory: balagg.train.memory, GPUs of "
+               "train_resources.gpu_memory_gb / generate_resources.gpu_memory_gb")
     for figures in every_model:
         out += _model_notes(figures)
     sizes = {model: bench_problems(config, model) for model in config["models"]}

@@ -8,9 +8,12 @@ import os
 import signal
 
 PR_SET_PDEATHSIG = 1
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-"""The signals that ask a trainer to stop at its next resumable checkpoint (balagg.train.deadline):
-Slurm's time limit, scancel and preemption (SIGTERM), ``--signal=USR1@...`` (SIGUSR1)."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGURG)
+"""The signals a trainer acts on at its next generation-cycle boundary (balagg.train.deadline), and which
+its launcher and torchrun's agent therefore pass on to every rank: Slurm's time limit, scancel and
+preemption (SIGTERM) and a user's ``kill -USR1`` stop it with a resumable checkpoint; SIGURG is the Slurm
+profile's warning before the limit (``--signal=URG@...``; every process that does not handle it ignores it,
+where SIGUSR1 would end Snakemake in the job), after which it stops as soon as two more cycles may not fit."""
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:

@@ -55,12 +55,16 @@ rule score:
     benchmark:
         f"{EVAL_RUN}/benchmarks/score-{{step}}.tsv"
     threads: 1
+    # one verifier process (and code sandbox) per CPU the job gets: the Slurm profile gives score jobs
+    # cpus_per_task (their --cpus-per-task); a local run keeps one, beside its other jobs
+    resources:
+        cpus_per_task=1,
     conda:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg score --generations {input.generations} --benchmarks-dir {params.bench_dir}"
-        " --step {wildcards.step} --code-timeout {params.code_timeout} {params.strict_golds} --workers {threads}"
-        " --out {params.out} > {log} 2>&1"
+        " --step {wildcards.step} --code-timeout {params.code_timeout} {params.strict_golds}"
+        " --workers {resources.cpus_per_task} --out {params.out} > {log} 2>&1"
 
 
 rule collect_curve:

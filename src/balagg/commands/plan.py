@@ -2,8 +2,9 @@
 
 Reads the same config files as ``snakemake --configfile`` (later files override earlier ones key by key,
 as Snakemake merges them), validates them against the workflow's schema and prints, per cell and in
-total, the jobs, GPUs per job, the tokens expected to be generated in training and evaluation and the
-GPU-hours at the ``plan`` section's stated tokens/s per GPU.
+total, the jobs, GPUs per job, the tokens expected to be generated in training and evaluation, the
+GPU-hours at the ``plan`` section's stated tokens/s per GPU, the checkpoint saves' time and the disk at its
+peak and after training; per model, the per-GPU memory of a train and an evaluation job, term by term.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ retrain leaves them missing (Snakemake then sees the cell incomplete) instead of
 
 Exit status (both): 0 trained (or already finished: only the manifest is written); 2 bad input or the
 work directory is in use by another trainer; 75 stopped early at a resumable checkpoint (time limit or
-SIGTERM/SIGUSR1): run again to resume.
+a stop signal: SIGTERM, SIGUSR1, SIGURG): run again to resume.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ class Resources:
     cpus: int = setting(1, minimum=1)
     mem_mb: int = setting(4000, minimum=100)
     runtime: int = setting(60, "time limit in minutes", minimum=1)
+    gpu_memory_gb: int = setting(80, "memory of each of the job's GPUs as its maker states it (the paper's H100s: "
+                                 "80); balagg plan sizes the job's GPU memory against it, not the scheduler",
+                                 minimum=1)
 
 
 RESOURCE_DEFAULTS: dict[str, int] = {field.name: field.default for field in dataclasses.fields(Resources)}

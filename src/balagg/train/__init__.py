@@ -7,6 +7,7 @@
 - :mod:`balagg.train.seeding`: the cell's seed in a colocated vLLM engine and the trainer's RNGs;
 - :mod:`balagg.train.vllm_cpu`: the weight sync of a colocated engine on vLLM's CPU backend;
 - :mod:`balagg.train.precision`: the FSDP2 mixed-precision policy (bf16 compute, fp32 reduce);
+- :mod:`balagg.train.memory`: a train and an evaluation job's GPU memory, term by term (``balagg plan``);
 - :mod:`balagg.train.callbacks`: metrics.jsonl, MLflow metrics, evaluation checkpoints;
 - :mod:`balagg.train.checkpoints`: weights-only evaluation checkpoints, refused when they hold no weights;
 - :mod:`balagg.train.files`: the work-directory layout and atomic file operations;

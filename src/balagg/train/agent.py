@@ -2,12 +2,13 @@
 agent runs in this process with one child process per rank, made to pass the trainer's stop signals on to
 the ranks.
 
-A trainer rank that gets SIGTERM or SIGUSR1 stops at its next generation-cycle boundary with a resumable
-checkpoint and exits 75 (balagg.train.deadline); on GPUs that takes minutes. torchrun's agent, left to
-itself, answers SIGTERM by terminating its ranks (SIGTERM, then SIGKILL 30 s later) and does not handle
-SIGUSR1 at all (it dies of it, and the ranks with it through PR_SET_PDEATHSIG): a multi-process job then
-ends without a checkpoint and with 143 / 138. Here the agent is told to leave both signals alone
-(``PET_SIGNALS_TO_HANDLE``, torchrun's list without them) and hands each one it gets to every rank (its
+A trainer rank that gets a stop signal (SIGTERM, SIGUSR1, SIGURG: balagg.processes.STOP_SIGNALS) stops at
+its next generation-cycle boundary with a resumable checkpoint and exits 75 (balagg.train.deadline); on GPUs
+that takes minutes. torchrun's agent, left to itself, answers SIGTERM by terminating its ranks (SIGTERM,
+then SIGKILL 30 s later) and does not handle SIGUSR1 at all (it dies of it, and the ranks with it through
+PR_SET_PDEATHSIG): a multi-process job then ends without a checkpoint and with 143 / 138. Here the agent is
+told to leave the stop signals alone (``PET_SIGNALS_TO_HANDLE``, torchrun's list without them) and hands
+each one it gets to every rank (its
 children whose environment sets ``LOCAL_RANK``); it ends when the ranks have, and the launcher
 (balagg.train.launch.run_launched) turns a stop into exit 75. The signal reaches the ranks the same way
 whether it was sent to the launcher only or, as Slurm does, to every process of the job. A stop that comes

@@ -30,9 +30,11 @@ from balagg import settings
 from balagg.aggregators import ALPHA, SCOPES, aggregator, check_scope
 from balagg.config_schema import setting
 from balagg.layout import Cell
+from balagg.train.memory import SYNC_EACH_BATCH
 from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, PromptFormat, check_template
 
-OPERATIONAL_FIELDS = ("time_limit_minutes", "collective_timeout_minutes", "mlflow_tracking_uri", "mlflow_experiment")
+OPERATIONAL_FIELDS = ("time_limit_minutes", "collective_timeout_minutes", "mlflow_tracking_uri", "mlflow_experiment",
+                      "keep_resumable_state")
 """Fields that change how a job is run or where it is logged, not what it trains (left out of the config
 hash, so the hash of a cell does not depend on the checkout's folder or the job's time limit)."""
 
@@ -108,7 +110,11 @@ class CellConfig:
     # checkpoints
     save_every: int = setting(10, "resumable checkpoint cadence (a multiple of the generation cycle)", minimum=1)
     keep_checkpoints: int = setting(
-        2, "resumable checkpoints kept (weights-only eval checkpoints are all kept)", minimum=1)
+        2, "resumable checkpoints kept while training (weights-only eval checkpoints are all kept)", minimum=1)
+    keep_resumable_state: bool = setting(
+        False, "keep the resumable checkpoints after training (keep_checkpoints of them, 12 bytes per parameter "
+        "each), to train the cell further later; false: they are removed once the cell's training and its "
+        "evaluation checkpoints are complete (balagg.train.run)")
     eval_steps: list[int] = setting(
         default_factory=list, help="evaluated steps (weights-only checkpoints); step 0 always evaluated",
         in_schema=False)
@@ -364,6 +370,9 @@ def grpo_config_kwargs(cell: CellConfig, output_dir: str) -> dict[str, Any]:
         gradient_checkpointing=cell.gradient_checkpointing,
         use_vllm=cell.use_vllm,
         dataloader_num_workers=0,
+        # every micro-batch reduces its gradient (balagg.train.memory: without it FSDP2 keeps each parameter's
+        # whole gradient, in the reduce dtype, from one micro-batch to the next)
+        accelerator_config={"gradient_accumulation_kwargs": {"sync_each_batch": SYNC_EACH_BATCH}},
     )
     if cell.prompt_format().chat_template_kwargs():
         kwargs["chat_template_kwargs"] = cell.prompt_format().chat_template_kwargs()

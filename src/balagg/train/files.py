@@ -11,10 +11,12 @@ names come from :mod:`balagg.layout`.
     DIR/train.lock                     held (flock) by the one trainer working on DIR; names its pid
     DIR/verifier.json                  the training verifier's counts so far, with each resumable checkpoint
     DIR/stopped.json                   why the last attempt stopped early at a resumable checkpoint
+    DIR/trained.json                   the step a finished training reached (written before state/ is removed)
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import math
@@ -39,6 +41,7 @@ from balagg.layout import (
     STOPPED_FILE,
     TRAIN_LOCK_FILE,
     TRAIN_LOG_FILE,
+    TRAINED_FILE,
     TRAINER_STATE_FILE,
     VERIFIER_COUNTS_FILE,
     parse_step_dirname,
@@ -82,6 +85,29 @@ class CellDir:
     @property
     def stopped(self) -> Path:
         return self.root / STOPPED_FILE
+
+    @property
+    def trained(self) -> Path:
+        return self.root / TRAINED_FILE
+
+    def trained_step(self) -> int | None:
+        """The step ``trained.json`` records a finished training at (None: absent or unreadable)."""
+        try:
+            step = json.loads(self.trained.read_text())["step"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return step if isinstance(step, int) else None
+
+    def remove_state(self) -> None:
+        """Remove the resumable state: ``state/`` is first renamed to a hidden folder (one atomic step, after
+        which no resume can find a part of it), then deleted; a kill meanwhile leaves the hidden folder, which
+        the next call deletes."""
+        trash = self.root / f".{STATE_DIR}.removing"
+        if trash.exists():
+            shutil.rmtree(trash)
+        if self.state.exists():
+            self.state.rename(trash)
+            shutil.rmtree(trash)
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / step_dirname(step)
@@ -187,6 +213,26 @@ def append_metrics(path: str | Path, row: dict[str, Any]) -> None:
             os.fsync(handle.fileno())
     except OSError as error:
         raise with_filename(error, path) from error
+
+
+def sync_tree(root: str | Path) -> None:
+    """fsync every file under ``root`` and every folder, ``root`` included: what was written there is on the
+    disk before anything that depends on it is removed."""
+    root = Path(root)
+    for path in sorted(root.rglob("*"), reverse=True):
+        _fsync(path)
+    _fsync(root)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if not (error.errno == errno.EINVAL and path.is_dir()):  # a file system that cannot sync folders
+            raise with_filename(error, path) from error
+    finally:
+        os.close(fd)
 
 
 def remove_paths(paths: list[str]) -> None:

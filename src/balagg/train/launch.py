@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from balagg.errors import exit_status
-from balagg.processes import die_with_parent
+from balagg.processes import STOP_SIGNALS, die_with_parent
 from balagg.train.config import CellConfig
 from balagg.train.files import LOCKED_ENV, OWNED_ENV, CellDir, exclusive, remove_paths
 
@@ -90,16 +90,38 @@ def launch(cell: CellConfig, workdir: str | Path, manifest: str | Path, worker: 
            invalidate: list[str] = ()) -> int:
     """Train ``cell`` (module docstring) and return the exit status. In this process: :func:`train
     <balagg.train.run.train>`, which holds the work directory's lock; else :func:`launch_command` with
-    ``worker`` under :func:`run_launched`. The job's start time, from which the cell's time limit counts
-    (balagg.train.deadline), is this call's unless the environment already sets it."""
-    from balagg.train.deadline import START_ENV
+    ``worker`` under :func:`run_launched`. The job's deadline (balagg.train.deadline.job_deadline: Slurm's
+    end of the job, or its start plus the cell's time limit, the start being this call's unless the
+    environment names an earlier one) is worked out once here and handed to every process; when it leaves
+    no room for the cycle the previous attempt stopped before (balagg.train.deadline.too_late_to_start),
+    nothing starts and the status is 75."""
+    from balagg.train.deadline import DEADLINE_ENV, EXIT_RESUMABLE, START_ENV, job_deadline, too_late_to_start
 
     os.environ.setdefault(START_ENV, repr(time.time()))
+    if cell.time_limit_minutes is not None:
+        limit_s = 60.0 * cell.time_limit_minutes
+        deadline = job_deadline(limit_s)
+        if deadline is not None:
+            os.environ[DEADLINE_ENV] = repr(deadline)
+        reason = too_late_to_start(_read_stopped(CellDir(workdir)), deadline, limit_s)
+        if reason is not None:  # its stopped.json stays for the next attempt
+            print(f"{workdir}: {reason}", file=sys.stderr)
+            return EXIT_RESUMABLE
     if in_process(cell):
         from balagg.train.run import train
 
         return train(cell, workdir, manifest, invalidate=invalidate)
     return run_launched(launch_command(cell, worker), workdir, invalidate=invalidate)
+
+
+def _read_stopped(cell_dir: CellDir) -> dict | None:
+    """The previous attempt's ``stopped.json`` (None: absent or unreadable)."""
+    import json
+
+    try:
+        return json.loads(cell_dir.stopped.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,10 +135,10 @@ def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] 
 
     - the child gets PR_SET_PDEATHSIG=SIGKILL and marks its own trainer processes likewise
       (``$BALAGG_LAUNCHED``), so ``kill -9`` of this launcher ends the whole tree;
-    - SIGTERM / SIGUSR1 are forwarded to the child, a trainer that stops at its next resumable checkpoint
-      (balagg.train.deadline) or the agent of several (balagg.train.agent), which hands them to every
-      rank; SIGINT too, which ends the training at once (KeyboardInterrupt in a trainer; the agent ends
-      its ranks); the launcher waits for the child;
+    - the stop signals (SIGTERM, SIGUSR1, SIGURG: balagg.processes.STOP_SIGNALS) are forwarded to the child,
+      a trainer that stops at its next resumable checkpoint (balagg.train.deadline) or the agent of several
+      (balagg.train.agent), which hands them to every rank; SIGINT too, which ends the training at once
+      (KeyboardInterrupt in a trainer; the agent ends its ranks); the launcher waits for the child;
     - the lock (an flock on ``train.lock``) is held by the launcher and inherited by the child, so a
       second trainer on the folder is refused while either lives;
     - ``invalidate`` paths are removed once the lock is held, before the child starts;
@@ -132,7 +154,7 @@ def run_launched(command: list[str], workdir: str | Path, invalidate: list[str] 
         env = {**os.environ, LOCKED_ENV: str(cell_dir.root.resolve()), OWNED_ENV: "1"}
         child = subprocess.Popen(command, env=env, pass_fds=(lock_fd,), preexec_fn=die_with_parent)
         previous = {number: signal.signal(number, lambda n, f: child.send_signal(n))
-                    for number in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+                    for number in (*STOP_SIGNALS, signal.SIGINT)}
         try:
             code = child.wait()
         finally:

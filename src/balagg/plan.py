@@ -68,6 +68,7 @@ from dataclasses import dataclass, fields, replace
 
 from balagg.data.sources import SOURCES
 from balagg.completion_lengths import CompletionLengths
+from balagg.config_schema import Checked, setting
 from balagg.grid import Grid
 from balagg.layout import TINYWORLD_SOURCE
 from balagg.aggregators import MICRO_BATCH_RULES
@@ -83,15 +84,25 @@ HOST_BYTES_PER_RANK = 10e9  # one rank's process besides the weights: CUDA conte
 
 
 @dataclass(frozen=True)
-class Rates:
+class Rates(Checked):
     """The stated assumptions for one model (``plan`` section, ``plan.models.<name>`` overriding)."""
 
-    completion_fraction: float = 0.5
-    prompt_tokens: int | None = None  # None: max_prompt_length (untrimmed prompts: an upper bound)
-    forward_backward_tokens_per_s_per_gpu: float = 5000.0
-    rollout_tokens_per_s_per_gpu: float = 2000.0
-    generate_tokens_per_s_per_gpu: float = 5000.0
-    parameters: float | None = None  # the model's parameter count: disk and host memory (unknown: not estimated)
+    config_name = "plan"
+
+    completion_fraction: float = setting(0.5, "expected completion length as a fraction of the maximum",
+                                         exclusive_minimum=0, maximum=1)
+    prompt_tokens: int | None = setting(
+        None, "expected prompt width of a micro-batch (null: max_prompt_length, an upper bound)", minimum=1)
+    forward_backward_tokens_per_s_per_gpu: float = setting(
+        5000.0, "padded tokens per second per GPU through forward + backward (bench/gpu_smoke.sh's probe-7b "
+        "tokens_per_s)", exclusive_minimum=0)
+    rollout_tokens_per_s_per_gpu: float = setting(2000.0, "tokens sampled per second per GPU in train jobs",
+                                                  exclusive_minimum=0)
+    generate_tokens_per_s_per_gpu: float = setting(5000.0, "tokens sampled per second per GPU in evaluation jobs",
+                                                   exclusive_minimum=0)
+    parameters: float | None = setting(
+        None, "the model's parameter count: checkpoint disk and train host memory (null: not estimated)",
+        exclusive_minimum=0)
 
 
 @dataclass(frozen=True)
@@ -186,22 +197,11 @@ class Line:
 
 
 def model_rates(config: dict, model: str) -> Rates:
+    """The ``plan`` section's rates with ``plan.models.<model>``'s over them (their bounds: :class:`Rates`)."""
     plan = config.get("plan", {})
     known = {f.name for f in fields(Rates)}
-    unknown = sorted(set(plan.get("models", {})) - set(config["models"]))
-    if unknown:
-        raise ValueError(f"plan.models names models that are not in the config: {unknown}")
     values = {k: v for k, v in plan.items() if k in known} | plan.get("models", {}).get(model, {})
-    rates = Rates(**values)
-    if not 0 < rates.completion_fraction <= 1:
-        raise ValueError(f"plan: completion_fraction of {model} must be in (0, 1], got {rates.completion_fraction}")
-    speeds = (rates.forward_backward_tokens_per_s_per_gpu, rates.rollout_tokens_per_s_per_gpu,
-              rates.generate_tokens_per_s_per_gpu)
-    if min(speeds) <= 0:
-        raise ValueError(f"plan: tokens per second of {model} must be positive")
-    if rates.parameters is not None and rates.parameters <= 0:
-        raise ValueError(f"plan: parameters of {model} must be positive, got {rates.parameters}")
-    return rates
+    return Rates(**values)
 
 
 def bench_problems(config: dict, model: str | None = None) -> dict[str, int]:
@@ -240,9 +240,9 @@ def per_checkpoint_eval_tokens(config: dict, model: str, rates: Rates) -> float:
     return n * sum(bench_problems(config, model).values()) * rates.completion_fraction * eval_max
 
 
-def model_figures(config: dict, model: str, grid: Grid | None = None) -> ModelFigures:
-    """The per-model quantities of the module docstring (``grid``: the config's, if already built)."""
-    grid = grid or Grid(config)
+def model_figures(grid: Grid, model: str) -> ModelFigures:
+    """The per-model quantities of the module docstring."""
+    config = grid.config
     rates = model_rates(config, model)
     train = grid.full_train_settings(model)
     if rates.prompt_tokens is None:
@@ -267,12 +267,14 @@ def model_figures(config: dict, model: str, grid: Grid | None = None) -> ModelFi
         checkpoints=checkpoints, keep_checkpoints=train["keep_checkpoints"])
 
 
-def plan_lines(config: dict) -> tuple[list[Line], Line]:
-    """Per-cell and per-model-initial lines, and the total (module docstring)."""
-    grid = Grid(config)
+def plan_lines(campaign) -> tuple[list[Line], Line]:
+    """Per-cell and per-model-initial lines, and the total (module docstring), of a loaded campaign
+    (:func:`balagg.campaign.load`)."""
+    grid = Grid(campaign)
+    config = grid.config
     lines = []
     for model in grid.models:
-        figures = model_figures(config, model, grid)
+        figures = model_figures(grid, model)
         rates, train = figures.rates, grid.full_train_settings(model)
         train_gpus = grid.resource(model, "train_resources", "gpus")
         generate_gpus = grid.resource(model, "generate_resources", "gpus")
@@ -364,10 +366,13 @@ def _model_notes(figures: ModelFigures) -> list[str]:
     return notes
 
 
-def format_plan(config: dict) -> str:
-    """The plan as a text table with its assumptions (what ``python -m balagg plan`` prints)."""
-    lines, total = plan_lines(config)
-    every_model = [model_figures(config, model) for model in config["models"]]
+def format_plan(campaign) -> str:
+    """The plan of a loaded campaign as a text table with its assumptions (what ``python -m balagg plan``
+    prints)."""
+    lines, total = plan_lines(campaign)
+    grid = Grid(campaign)
+    config = grid.config
+    every_model = [model_figures(grid, model) for model in config["models"]]
     width = max(len(line.name) for line in [*lines, total])
     header = (f"{'cell':<{width}}  {'jobs (train/gen/score)':>22}  {'GPUs train/gen':>14}  "
               f"{'train tokens gen/padded':>23}  {'eval tokens':>11}  {'train GPU-h':>11}  {'eval GPU-h':>10}  "

@@ -7,10 +7,18 @@
 --configfile configs/paper.yaml` runs the paper's grid on a Slurm cluster. See README.
 """
 
-from snakemake.utils import min_version, validate
+import sys
+from pathlib import Path
+
+from snakemake.utils import min_version
 from snakemake_interface_common.exceptions import WorkflowError
 
 min_version("9.0")
+
+# the workflow imports this checkout's balagg, as its jobs do (common.smk's shell prefix)
+sys.path.insert(0, str(Path(workflow.basedir, "src")))
+
+from balagg import campaign as campaigns
 
 
 # The embedded default, unless config files are given (`--configfile configs/paper.yaml [more.yaml]`):
@@ -24,28 +32,23 @@ if not workflow.overwrite_configfiles:
 if isinstance(config.get("seeds"), list):
     config["seeds"] = [int(s) if isinstance(s, str) and s.isdigit() else s for s in config["seeds"]]
 
+# The config as Snakemake merged it, loaded as everything else loads a campaign (balagg.campaign): validated,
+# every default filled in, rule names canonical; a problem is one line naming the file that holds the key.
 try:
-    validate(config, "workflow/schemas/config.schema.yaml")
-except WorkflowError as error:  # one line naming the key, not jsonschema's dump of the whole schema
-    from jsonschema import ValidationError
-    from balagg.errors import schema_error_line
-
-    cause = error.__context__
-    if not isinstance(cause, ValidationError):
-        raise
-    files = list(workflow.overwrite_configfiles or ["configs/default.yaml"])
-    raise WorkflowError(schema_error_line(cause, [str(f) for f in files])) from None
+    CAMPAIGN = campaigns.resolve(config, [
+        *((str(path), campaigns.read_yaml(path)) for path in workflow.overwrite_configfiles or ["configs/default.yaml"]),
+        *([("--config", workflow.config_settings.overwrite_config)] if workflow.config_settings.overwrite_config else []),
+    ])
+except ValueError as error:
+    raise WorkflowError(str(error)) from None
+config.update(CAMPAIGN.config)
 
 
 include: "workflow/rules/common.smk"
 
 
 wildcard_constraints:
-    model=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    aggregator=r"[a-z-]+",
-    seed=r"\d+",
-    step=r"\d{6}",
+    **layout.WILDCARDS,  # model, dataset, aggregator (the registry's rules), seed, step
     kind=r"train|bench",
     family="|".join(layout.TINYWORLD_FAMILIES[1:]),  # a family folder (the default family has none)
     run=RUN_PATTERN,

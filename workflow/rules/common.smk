@@ -1,4 +1,4 @@
-"""The campaign's grid (balagg.grid, derived from the validated config) turned into what the rules need:
+"""The campaign's grid (balagg.grid, derived from the loaded config) turned into what the rules need:
 path patterns, input functions that look a job's wildcards up in the grid, and the checks that stop the
 workflow before any job runs. `snakemake -n` shows every job of the grid (every checkpoint step) up front.
 """
@@ -14,9 +14,6 @@ from pathlib import Path
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-# the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
-sys.path.insert(0, str(Path(workflow.basedir, "src")))
-
 from balagg import checkpoints as externals, layout, prompts
 from balagg.grid import Cell, DataFile, Grid
 from balagg.grid import arguments, checks, environment, targets
@@ -24,8 +21,7 @@ from balagg.hub import is_hub_id
 from balagg.io import write_json
 from balagg.train.launch import check_accelerate_config, conda_env_packages
 
-config.setdefault("checkpoints", {})  # the schema's default, also where a Snakefile includes this unvalidated
-GRID = Grid(config)
+GRID = Grid(CAMPAIGN)  # CAMPAIGN: the Snakefile's loaded config
 CAMPAIGN = GRID.name
 RESULTS = GRID.results
 CELL = os.path.join(RESULTS, layout.CELL_PATTERN)
@@ -36,7 +32,7 @@ INITIAL = layout.INITIAL_RUN
 # An external checkpoint's evaluation (config `checkpoints:`): results/{campaign}/{name}/external/.
 EXTERNAL = layout.EXTERNAL_RUN
 CURVE = targets.CURVE  # relative to a cell folder
-CELL_RUN_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
+CELL_RUN_PATTERN = layout.pattern_regex(layout.CELL_PATTERN.removeprefix("{model}/"), named=False)  # dataset/rule/seedN
 RUN_PATTERN = rf"{INITIAL}|{EXTERNAL}|{CELL_RUN_PATTERN}"
 CURVE_RUNS = rf"{EXTERNAL}|{CELL_RUN_PATTERN}"  # what has a curve: a cell, an external checkpoint
 BENCHMARKS = GRID.benchmarks
@@ -169,9 +165,6 @@ def bench_dir(wildcards, input):
     return os.path.dirname(input.benchmarks[0])
 
 
-if not config["aggregators"] and not config["checkpoints"]:
-    raise WorkflowError("config: nothing to run: give aggregators (a grid to train, with models and datasets) "
-                        "or checkpoints (to evaluate without training)")
 if error := GRID.benchmark_folder_error():
     raise WorkflowError(error)
 try:

@@ -7,18 +7,9 @@
 --configfile configs/paper.yaml` runs the paper's grid on a Slurm cluster. See README.
 """
 
-import sys
-from pathlib import Path
-
 from snakemake.utils import min_version
-from snakemake_interface_common.exceptions import WorkflowError
 
 min_version("9.0")
-
-# the workflow imports this checkout's balagg, as its jobs do (common.smk's shell prefix)
-sys.path.insert(0, str(Path(workflow.basedir, "src")))
-
-from balagg import campaign as campaigns
 
 
 # The embedded default, unless config files are given (`--configfile configs/paper.yaml [more.yaml]`):
@@ -31,17 +22,6 @@ if not workflow.overwrite_configfiles:
 # `--config seeds=[0,1]` hands the list items over as strings.
 if isinstance(config.get("seeds"), list):
     config["seeds"] = [int(s) if isinstance(s, str) and s.isdigit() else s for s in config["seeds"]]
-
-# The config as Snakemake merged it, loaded as everything else loads a campaign (balagg.campaign): validated,
-# every default filled in, rule names canonical; a problem is one line naming the file that holds the key.
-try:
-    CAMPAIGN = campaigns.resolve(config, [
-        *((str(path), campaigns.read_yaml(path)) for path in workflow.overwrite_configfiles or ["configs/default.yaml"]),
-        *([("--config", workflow.config_settings.overwrite_config)] if workflow.config_settings.overwrite_config else []),
-    ])
-except ValueError as error:
-    raise WorkflowError(str(error)) from None
-config.update(CAMPAIGN.config)
 
 
 include: "workflow/rules/common.smk"

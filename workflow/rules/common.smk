@@ -1,4 +1,4 @@
-"""The campaign's grid (balagg.grid, derived from the loaded config) turned into what the rules need:
+"""The campaign config loaded (balagg.campaign) and its grid (balagg.grid) turned into what the rules need:
 path patterns, input functions that look a job's wildcards up in the grid, and the checks that stop the
 workflow before any job runs. `snakemake -n` shows every job of the grid (every checkpoint step) up front.
 """
@@ -14,6 +14,10 @@ from pathlib import Path
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
+# the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
+sys.path.insert(0, str(Path(workflow.basedir, "src")))
+
+from balagg import campaign as campaigns
 from balagg import checkpoints as externals, layout, prompts
 from balagg.grid import Cell, DataFile, Grid
 from balagg.grid import arguments, checks, environment, targets
@@ -21,7 +25,18 @@ from balagg.hub import is_hub_id
 from balagg.io import write_json
 from balagg.train.launch import check_accelerate_config, conda_env_packages
 
-GRID = Grid(CAMPAIGN)  # CAMPAIGN: the Snakefile's loaded config
+# The config as Snakemake merged it (its files, then --config), loaded as everything else loads a campaign:
+# validated, every default filled in, rule names canonical; a problem is one line naming the file that
+# holds the key. The rules read the completed mapping as `config`.
+try:
+    CAMPAIGN = campaigns.resolve(config, [
+        *((str(path), campaigns.read_yaml(path)) for path in workflow.overwrite_configfiles or workflow.configfiles),
+        *([("--config", dict(workflow.config_settings.config))] if workflow.config_settings.config else []),
+    ])
+except ValueError as error:
+    raise WorkflowError(str(error)) from None
+config.update(CAMPAIGN.config)
+GRID = Grid(CAMPAIGN)
 CAMPAIGN = GRID.name
 RESULTS = GRID.results
 CELL = os.path.join(RESULTS, layout.CELL_PATTERN)

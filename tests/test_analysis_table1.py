@@ -151,3 +151,14 @@ def test_summaries_scored_before_the_bootstrap_column_keep_their_other_values(tm
     assert table["peak_best@8_bootstrap"].isna().all() and table["last_best@8_bootstrap"].isna().all()
     markdown = table1.to_markdown(table, "camp")
     assert "Peak Best@8 (bootstrap)" in markdown and "Last Best@8 (bootstrap)" in markdown
+
+
+def test_the_table_names_the_mean_by_the_campaigns_own_benchmarks(tmp_path):
+    """A campaign of five benchmarks (the laboratory's: no code benchmark) reports five-benchmark means."""
+    six = table1.build_table(load_campaign(make_campaign(tmp_path / "six")))
+    assert "\nSix-benchmark means. Peak:" in table1.to_markdown(six, "six")
+    steps = {0: (0.1, 0.2), 10: (0.3, 0.4)}
+    write_cell(tmp_path / "five", "m", "d", "seq-agg", 0, steps, drop_benchmark=dict.fromkeys(steps, "livecodebench"))
+    campaign = load_campaign(tmp_path / "five")
+    assert len(campaign.benchmarks) == 5
+    assert "\nFive-benchmark means. Peak:" in table1.to_markdown(table1.build_table(campaign), "five")

@@ -27,9 +27,10 @@ def test_gpu_train_jobs_use_expandable_segments_and_cpu_jobs_do_not(workdir):  #
 
 def paper_train_settings() -> dict[str, dict]:
     """Each paper model's train settings as the workflow resolves them (train section, then the model's own)."""
+    from balagg.campaign import load
     from balagg.grid import Grid
 
-    grid = Grid(yaml.safe_load((REPO / "configs" / "paper.yaml").read_text()))
+    grid = Grid(load([REPO / "configs" / "paper.yaml"]))
     return {name: grid.train_settings(name) for name in grid.models}
 
 

@@ -244,11 +244,7 @@ def campaign_schema() -> dict[str, Any]:
     """The JSON schema of a campaign config, generated from :class:`Campaign` (``workflow/schemas/`` holds
     its copy: ``python -m balagg.config_schema``). Relations between settings are not in it:
     :class:`Campaign` checks them."""
-    return document(Campaign, _doc_first_line(Campaign))
-
-
-def _doc_first_line(config_class: type) -> str:
-    return " ".join((config_class.__doc__ or "").strip().split("\n\n")[0].split())
+    return document(Campaign)
 
 
 # ---- reading and merging files -------------------------------------------------------------------------

@@ -445,14 +445,11 @@ def properties(config_class: type, *, defaults: bool = True) -> dict[str, dict[s
     return _Document(config_class).object(config_class, defaults=defaults)["properties"]
 
 
-def document(root: type, title: str = "") -> dict[str, Any]:
-    """The JSON schema (draft 2020-12) of a config file whose top level is the dataclass ``root``."""
+def document(root: type) -> dict[str, Any]:
+    """The JSON schema (draft 2020-12) of a config file whose top level is the dataclass ``root`` (its
+    docstring's first paragraph the description)."""
     rendering = _Document(root)
-    body = rendering.object(root)
-    schema: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
-    if title:
-        schema["description"] = title
-    schema |= {key: value for key, value in body.items() if key != "description"}
+    schema: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema", **rendering.object(root)}
     if rendering.defs:
         schema["$defs"] = dict(sorted(rendering.defs.items()))
     return schema

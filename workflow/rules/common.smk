@@ -27,16 +27,15 @@ from balagg.train.launch import check_accelerate_config, conda_env_packages
 
 # The config as Snakemake merged it (its files, then --config), loaded as everything else loads a campaign:
 # validated, every default filled in, rule names canonical; a problem is one line naming the file that
-# holds the key. The rules read the completed mapping as `config`.
+# holds the key. The rules read the completed mapping as `config`, the typed campaign as GRID.campaign.
 try:
-    CAMPAIGN = campaigns.resolve(config, [
+    GRID = Grid(campaigns.resolve(config, [
         *((str(path), campaigns.read_yaml(path)) for path in workflow.overwrite_configfiles or workflow.configfiles),
         *([("--config", dict(workflow.config_settings.config))] if workflow.config_settings.config else []),
-    ])
+    ]))
 except ValueError as error:
     raise WorkflowError(str(error)) from None
-config.update(CAMPAIGN.config)
-GRID = Grid(CAMPAIGN)
+config.update(GRID.config)
 CAMPAIGN = GRID.name
 RESULTS = GRID.results
 CELL = os.path.join(RESULTS, layout.CELL_PATTERN)

@@ -7,8 +7,7 @@
 --configfile configs/paper.yaml` runs the paper's grid on a Slurm cluster. See README.
 """
 
-from snakemake.utils import min_version, validate
-from snakemake_interface_common.exceptions import WorkflowError
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -24,28 +23,12 @@ if not workflow.overwrite_configfiles:
 if isinstance(config.get("seeds"), list):
     config["seeds"] = [int(s) if isinstance(s, str) and s.isdigit() else s for s in config["seeds"]]
 
-try:
-    validate(config, "workflow/schemas/config.schema.yaml")
-except WorkflowError as error:  # one line naming the key, not jsonschema's dump of the whole schema
-    from jsonschema import ValidationError
-    from balagg.errors import schema_error_line
-
-    cause = error.__context__
-    if not isinstance(cause, ValidationError):
-        raise
-    files = list(workflow.overwrite_configfiles or ["configs/default.yaml"])
-    raise WorkflowError(schema_error_line(cause, [str(f) for f in files])) from None
-
 
 include: "workflow/rules/common.smk"
 
 
 wildcard_constraints:
-    model=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    aggregator=r"[a-z-]+",
-    seed=r"\d+",
-    step=r"\d{6}",
+    **layout.WILDCARDS,  # model, dataset, aggregator (the registry's rules), seed, step
     kind=r"train|bench",
     family="|".join(layout.TINYWORLD_FAMILIES[1:]),  # a family folder (the default family has none)
     run=RUN_PATTERN,

@@ -174,11 +174,12 @@ def predicted_allocation(shape, world: int, rows: int, prompt: int, completion: 
 def paper_plan(model: str) -> dict | None:
     """What ``balagg plan`` prints for the model's train job on the paper's node (None where it cannot)."""
     try:
-        from balagg.commands.plan import load_config
+        from balagg.campaign import load
+        from balagg.grid import Grid
         from balagg.plan import model_figures
         from balagg.train.memory import GIB
 
-        memory = model_figures(load_config([str(PAPER)]), model).train_memory
+        memory = model_figures(Grid(load([str(PAPER)])), model).train_memory
     except Exception as error:  # the schema or the config cannot be read here: recorded, not fatal
         return {"error": str(error)[-300:]}
     return {"peak_gib": round(memory.peak / GIB, 2), "free_share": round(memory.free_share, 4),

@@ -128,7 +128,7 @@ def cell(workdir: Path, aggregator: str, *, dry: bool, use_vllm: bool = False) -
     return {
         "model": str(workdir / "model"), "train_files": [str(workdir / "data" / "train.jsonl")],
         "aggregator": aggregator, "seed": 0, "model_name": "smoke-qwen2", "dataset_name": "arith",
-        "prompt_template": "{problem}", "use_chat_template": False, "answer_format": "boxed",
+        "prompt_template": "{problem}", "chat_template": False, "answer_format": "boxed",
         "num_generations": group, "prompts_per_step": group, "mini_batches": 1, "micro_batch_size": group,
         "max_prompt_length": 32, "max_completion_length": completion, "overlong_buffer_len": completion // 4,
         "learning_rate": 1e-5, "warmup_steps": 0, "lr_scheduler": "constant", "total_steps": steps,
@@ -212,7 +212,7 @@ def generate_and_score(workdir: Path, name: str, timeout: float, dry: bool) -> d
     out.mkdir(parents=True, exist_ok=True)
     seconds = run([sys.executable, "-m", "balagg", "generate", "--checkpoint", checkpoint, "--benchmarks-dir",
                    str(workdir / "bench"), "--benchmarks", "math500", "--n", "8", "--max-tokens",
-                   "32" if dry else "256", "--temperature", "1.0", "--top-p", "1.0", "--prompt-style", "plain",
+                   "32" if dry else "256", "--temperature", "1.0", "--top-p", "1.0", "--chat-template", "false",
                    "--backend", "vllm" if importlib.util.find_spec("vllm") is not None else "transformers",
                    "--out", str(out)], folder / "generate.out", timeout)
     seconds += run([sys.executable, "-m", "balagg", "score", "--generations", str(out / "generations.jsonl"),

@@ -76,11 +76,11 @@ def fixture(root: Path, with_model: bool = True) -> None:
                     "t = build_tokenizer(); save_checkpoint(build_model('tiny-s', t, seed=0), t, 'model')"],
                    cwd=root, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     balagg(root, "generate", "--checkpoint", "model", "--out", "eval/step-000000", "--benchmarks-dir", "bench",
-           "--benchmarks", "math500", "--n", "2", "--max-tokens", "8", "--prompt-style", "plain")
+           "--benchmarks", "math500", "--n", "2", "--max-tokens", "8", "--chat-template", "false")
     balagg(root, "score", "--generations", "eval/step-000000/generations.jsonl", "--out", "eval/step-000000",
            "--benchmarks-dir", "bench", "--workers", "1")
     cell = {"model": "model", "train_files": ["train.jsonl"], "aggregator": "balanced-agg", "seed": 0,
-            "use_chat_template": False, "prompt_template": "{problem}", "num_generations": 2, "prompts_per_step": 2,
+            "chat_template": False, "prompt_template": "{problem}", "num_generations": 2, "prompts_per_step": 2,
             "mini_batches": 1, "micro_batch_size": 4, "max_prompt_length": 64, "max_completion_length": 8,
             "total_steps": 1, "save_every": 1, "overlong_buffer_enabled": False, "mlflow_tracking_uri": f"sqlite:///{root / 'mlflow.db'}"}
     (root / "cell.json").write_text(json.dumps(cell))
@@ -95,7 +95,7 @@ COMMANDS = [
     ("prepare-data", "dapo-math-17k.parquet", ["prepare-data", "--dataset", "dapo-math-17k", "--source", "raw/dapo-math-17k", "--out", "t2.jsonl"]),
     ("train", "model.safetensors#2", ["train", "--cell", "cell.json", "--workdir", "w", "--out", "w/manifest.json"]),
     ("generate", "model.safetensors#2", ["generate", "--checkpoint", "model", "--out", "g", "--benchmarks-dir", "bench",
-                                       "--benchmarks", "math500", "--n", "2", "--max-tokens", "8", "--prompt-style", "plain"]),
+                                       "--benchmarks", "math500", "--n", "2", "--max-tokens", "8", "--chat-template", "false"]),
     ("score", "generations.jsonl", ["score", "--generations", "eval/step-000000/generations.jsonl", "--out", "s/step-000000",
                                     "--benchmarks-dir", "bench", "--workers", "1"]),
     ("curve", "summary.json", ["curve", "--out", "curve.csv", "eval/step-000000/summary.json"]),

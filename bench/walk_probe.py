@@ -81,7 +81,7 @@ def cell_config(out: Path, seed: int, steps: int) -> Path:
         eval_every=steps, save_every=steps, learning_rate=1.0e-4, warmup_steps=0, lr_scheduler="constant",
         weight_decay=0.0, max_grad_norm=1.0, num_generations=8, prompts_per_step=8, mini_batches=2,
         micro_batch_size=32, max_prompt_length=64, max_completion_length=96, overlong_buffer_enabled=False,
-        prompt_template="{problem}", use_chat_template=False, answer_format="boxed-strict", output_name=f"walk/token-agg/seed{seed}",
+        prompt_template="{problem}", chat_template=False, answer_format="boxed-strict", output_name=f"walk/token-agg/seed{seed}",
         mlflow_tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}", mlflow_experiment="walk-probe",
     )
     path = out / f"seed{seed}" / "cell.json"

@@ -182,3 +182,14 @@ def test_benchmark_rows_skipped_by_prepare_data_are_named_in_the_notes(tmp_path)
     assert "polaris.jsonl" not in markdown and "polaris-0002" not in markdown
     assert "line 3 of" in (tmp_path / "noted" / "table1.tex").read_text()
     assert (tmp_path / "noted" / "table1.csv").read_text() == (tmp_path / "plain" / "table1.csv").read_text()
+
+
+def test_the_table_names_the_mean_by_the_campaigns_own_benchmarks(tmp_path):
+    """A campaign of five benchmarks (the laboratory's: no code benchmark) reports five-benchmark means."""
+    six = table1.build_table(load_campaign(make_campaign(tmp_path / "six")))
+    assert "\nSix-benchmark means. Peak:" in table1.to_markdown(six, "six")
+    steps = {0: (0.1, 0.2), 10: (0.3, 0.4)}
+    write_cell(tmp_path / "five", "m", "d", "seq-agg", 0, steps, drop_benchmark=dict.fromkeys(steps, "livecodebench"))
+    campaign = load_campaign(tmp_path / "five")
+    assert len(campaign.benchmarks) == 5
+    assert "\nFive-benchmark means. Peak:" in table1.to_markdown(table1.build_table(campaign), "five")

@@ -27,7 +27,6 @@ benchmarks: {math500: none}
 aggregators: [seq-agg, token-agg, balanced-agg]
 seeds: [0, 1]
 train: {total_steps: 1, eval_every: 1}
-eval: {jobs: checkpoint}  # the schema default (this test skips the Snakefile's validation)
 analysis:
   paper_values: analysis/paper_values.csv
   figure2_model: qwen-a

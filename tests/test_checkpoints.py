@@ -99,6 +99,21 @@ def test_fetch_records_a_pinned_revision_and_its_commit(hf_home, tmp_path):
     assert (repo["repo_id"], repo["revision"], repo["commit"]) == (MODEL, "v1", v1)
 
 
+def test_each_checkpoint_records_the_commit_of_its_own_revision(hf_home, tmp_path):
+    """Two revisions of one model fetched into one campaign: each external checkpoint's checkpoint.json (its
+    Table 1 row and MLflow tags) names the commit its revision resolved to, not the other's."""
+    folder = repo_folder(hf_home, MODEL, "model")
+    commits = {ref: (folder / "refs" / ref).read_text() for ref in ("main", "v1")}
+    out = tmp_path / "fetch.json"
+    assert main(["fetch", "--hf-home", str(hf_home), "--model", f"{MODEL}@v1", "--model", f"{MODEL}@main",
+                 "--out", str(out)]) == 0
+    fetch = json.loads(out.read_text())
+    for ref, commit in commits.items():
+        external = checkpoints.resolve(ref, {"path": MODEL, "revision": ref}, hf_home / "hub", offline=True)
+        record = checkpoints.record(external, {}, fetch, "c", "sqlite:///x.db")
+        assert (record["revision"], record["commit"], record["tags"]["commit"]) == (ref, commit, commit)
+
+
 def test_fetch_names_a_revision_the_cache_lacks(hf_home, tmp_path, capsys):
     code = main(["fetch", "--hf-home", str(hf_home), "--model", f"{MODEL}@v9", "--out", str(tmp_path / "f.json")])
     err = capsys.readouterr().err
@@ -121,6 +136,18 @@ def test_a_run_folder_is_a_curve_of_its_steps(tmp_path):
                               40: str(tmp_path / "run/global_step_40")}
 
 
+def test_near_miss_folders_beside_a_runs_steps_are_not_steps(tmp_path):
+    """A copy or backup beside the step folders (its name a step folder's with more after it) is no
+    checkpoint of the run: neither a step of its own nor in place of the real one."""
+    for name in ("step-10", "checkpoint-20", "checkpoint-30-old", "step-10.bak", "global_step_50_tmp"):
+        fake_model_folder(tmp_path / "run" / name)
+    external = checkpoints.resolve("run", {"path": str(tmp_path / "run")}, tmp_path, offline=True)
+    assert external.steps == {10: str(tmp_path / "run/step-10"), 20: str(tmp_path / "run/checkpoint-20")}
+    from balagg.layout import parse_step_dirname
+
+    assert [parse_step_dirname(name) for name in ("step-10", "step-10.bak", "step-000010-old")] == [10, None, None]
+
+
 def test_a_verl_checkpoint_is_merged_where_the_workflow_says(tmp_path):
     actor = fake_verl_checkpoint(tmp_path / "global_step_5")
     external = checkpoints.resolve("v", {"path": str(tmp_path / "global_step_5")}, tmp_path, offline=True,
@@ -138,7 +165,7 @@ BAD_CHECKPOINTS = {  # case: what resolve() says of the entry bad_checkpoint() m
     "no-config": "has no config.json",
     "verl-without-huggingface": "has no huggingface/ folder",
     "run-step-without-weights": "checkpoints.c: step 3 ",
-    "nothing-there": "is neither a folder nor a hub id",
+    "nothing-there": "does not exist",
     "revision-of-a-folder": "revision v1 is for hub ids",
 }
 

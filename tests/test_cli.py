@@ -113,11 +113,11 @@ def test_generate_has_one_flag_per_generation_setting_under_the_names_the_workfl
     required = ["--checkpoint", "c", "--benchmarks-dir", "b", "--benchmarks", "math500", "--out", "o"]
     assert config_from_args(GenerationConfig, generate.parse_args(required)) == GenerationConfig()
     args = generate.parse_args([*required, "--n", "8", "--temperature", "0", "--top-p", "0.5", "--max-tokens", "9",
-                                "--seed", "3", "--batch-size", "2", "--prompt-style", "plain", "--enable-thinking",
+                                "--seed", "3", "--batch-size", "2", "--chat-template", "--enable-thinking",
                                 "false", "--answer-format", "answer-line", "--max-position-embeddings", "64",
                                 "--threads", "3", "--kv-cache-bytes", "5", "--enforce-eager"])
     assert config_from_args(GenerationConfig, args) == GenerationConfig(
-        n=8, temperature=0.0, top_p=0.5, max_tokens=9, seed=3, batch_size=2, prompt_style="plain",
+        n=8, temperature=0.0, top_p=0.5, max_tokens=9, seed=3, batch_size=2, chat_template=True,
         enable_thinking=False, answer_format="answer-line", max_position_embeddings=64, num_threads=3,
         kv_cache_memory_bytes=5, enforce_eager=True)
     for bad in (["--enable-thinking", "maybe"], ["--backend", "tpu"], ["--n", "two"]):

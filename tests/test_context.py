@@ -37,7 +37,9 @@ def test_lengths_past_the_context_are_one_line_naming_the_model_and_numbers():
         check_fits("qwen2.5-math-7b", 4096, 2048, 8192, "training", None)
     message = str(error.value)
     assert "\n" not in message
-    assert "model qwen2.5-math-7b" in message and "2048 + completion 8192 = 10240" in message
+    assert "model qwen2.5-math-7b" in message and "= 10240 tokens" in message
+    # the message names the settings that make the lengths, the ones to change
+    assert "prompt 2048 (train.max_prompt_length) + completion 8192 (train.max_completion_length)" in message
     assert "context of 4096 tokens (its max_position_embeddings 4096)" in message
     with pytest.raises(ValueError, match="override 8192"):
         check_fits("m", 8192, 2048, 8192, "evaluation", 8192)
@@ -58,7 +60,7 @@ def test_model_config_is_found_in_a_folder_or_the_hub_cache_and_nothing_is_downl
     with pytest.raises(ValueError, match="Org/Other: no local folder and no snapshot"):
         resolve_model_dir("Org/Other", cache)
     lengths = {"training": (2048, 2048), "evaluation": (2048, 4096)}
-    with pytest.raises(ValueError, match="evaluation needs prompt 2048 \\+ completion 4096"):
+    with pytest.raises(ValueError, match=r"evaluation needs prompt 2048 \(train.max_prompt_length\) \+ completion 4096 \(eval.max_tokens\)"):
         check_model_lengths("m7", "Org/Model-7B", None, lengths, cache)
     assert check_model_lengths("m7", "Org/Model-7B", 8192, lengths, cache) == 8192
     assert check_model_lengths("m7", "Org/Other", None, lengths, cache) is None  # deferred to the train job
@@ -87,7 +89,7 @@ def test_the_override_folder_reaches_the_policy_its_checkpoints_and_vllm(tmp_pat
 
 def test_the_train_job_checks_before_any_work_and_records_the_context(tmp_path, monkeypatch):
     source = build_checkpoint(tmp_path / "source", max_positions=64)
-    with pytest.raises(ValueError, match="model tiny: training needs prompt 40 \\+ completion 40 = 80"):
+    with pytest.raises(ValueError, match=r"model tiny: training needs prompt 40 .* completion 40 .* = 80"):
         prepare_model("tiny", source, None, 40, 40, tmp_path / "view")
     assert not (tmp_path / "view").exists()
     path, record = prepare_model("tiny", source, 128, 40, 40, tmp_path / "view")
@@ -107,7 +109,7 @@ def test_cell_override_sets_the_vllm_engine_length_and_is_checked(tmp_path):
                 max_completion_length=8192, overlong_buffer_len=4096, save_every=1, use_vllm=True)
     kwargs = grpo_config_kwargs(CellConfig(**cell, max_position_embeddings=32768), str(tmp_path))
     assert kwargs["vllm_max_model_length"] == 2048 + 8192  # not the model's 4096, not the override's 32768
-    with pytest.raises(ValueError, match="2048 \\+ completion 8192 = 10240 .* override 4096"):
+    with pytest.raises(ValueError, match=r"2048 .* completion 8192 .* = 10240 .* override 4096"):
         CellConfig(**cell, max_position_embeddings=4096)
 
 

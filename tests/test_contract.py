@@ -33,7 +33,6 @@ from balagg.layout import (
 from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, check_template, render_prompt
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 
 
 def subcommand(*names: str) -> argparse.ArgumentParser:
@@ -68,36 +67,40 @@ def test_the_default_familys_files_keep_their_paths_and_another_family_has_its_o
     assert set(WORLDS) == set(TINYWORLD_FAMILIES) - {TINYWORLD_DEFAULT_FAMILY}  # a world per walk family
 
 
-def test_score_and_reward_use_one_verifier_setting():
-    from balagg.evaluation.scoring.score import ScoreConfig
-    from balagg.train.config import CellConfig
-
-    flags, score = defaults_of(subcommand("score")), ScoreConfig()
-    assert flags["workers"] == score.workers == settings.VERIFIER.workers
-    assert flags["math_timeout"] == score.math_timeout_s == settings.VERIFIER.math_timeout_s
-    assert flags["code_timeout"] == score.code_timeout_s == settings.EVAL.code_timeout_s
-    cell = {f.name: f.default for f in dataclasses.fields(CellConfig)}
-    assert (cell["verifier"], cell["verifier_timeout_s"], cell["verifier_workers"]) == (
-        settings.VERIFIER.verifier, settings.VERIFIER.math_timeout_s, settings.VERIFIER.workers)
+def test_the_verifier_setting_names_a_function():
     module, _, function = settings.VERIFIER.verifier.partition(":")
     assert callable(getattr(__import__(module, fromlist=[function]), function))
 
 
 def test_one_answer_format_list_and_one_default_everywhere():
+    from balagg.campaign import campaign_schema
     from balagg.evaluation.generation.requests import GenerationConfig
     from balagg.train.config import CellConfig
 
-    root = yaml.safe_load(SCHEMA.read_text())
-    schema = root["properties"]
-    model_spec = root["$defs"]["model_settings"]["properties"]["answer_format"]  # models' and checkpoints'
-    assert {"$ref": "#/$defs/model_settings"} in schema["models"]["additionalProperties"]["allOf"]
-    assert {"$ref": "#/$defs/model_settings"} in schema["checkpoints"]["additionalProperties"]["allOf"]
-    assert tuple(model_spec["enum"]) == ANSWER_FORMATS
+    schema = campaign_schema()["properties"]
+    for section in ("models", "checkpoints"):
+        assert tuple(schema[section]["additionalProperties"]["properties"]["answer_format"]["enum"]) == ANSWER_FORMATS
     assert DEFAULT_ANSWER_FORMAT in ANSWER_FORMATS
     cell = {f.name: f.default for f in dataclasses.fields(CellConfig)}
     flags = defaults_of(subcommand("tinyworld", "model"))
     assert cell["answer_format"] == GenerationConfig().answer_format == flags["answer_format"] == (
         DEFAULT_ANSWER_FORMAT)
+
+
+def test_one_name_and_one_default_for_the_chat_template():
+    """A model's ``chat_template`` reaches its cell config and its generate jobs under the same name, with the
+    same default when the model does not say."""
+    from balagg.campaign import campaign_schema
+    from balagg.evaluation.generation.requests import GenerationConfig
+    from balagg.prompts import DEFAULT_CHAT_TEMPLATE
+    from balagg.train.config import CellConfig
+
+    schema = campaign_schema()["properties"]
+    defaults = {schema[section]["additionalProperties"]["properties"]["chat_template"]["default"]
+                for section in ("models", "checkpoints")}
+    defaults |= {CellConfig.__dataclass_fields__["chat_template"].default, GenerationConfig().chat_template,
+                 defaults_of(subcommand("generate"))["chat_template"]}
+    assert defaults == {DEFAULT_CHAT_TEMPLATE}
 
 
 def test_tinyworld_and_prepare_data_defaults_are_the_workflows():
@@ -127,17 +130,15 @@ def campaign(**model_train) -> dict:
 
 
 def validate(config: dict) -> None:
-    from snakemake.utils import validate as snakemake_validate
+    from balagg.campaign import resolve
 
-    snakemake_validate(config, str(SCHEMA))
+    resolve(config)
 
 
 @pytest.mark.parametrize("override", [{"aggregator": "token-agg"}, {"seed": 3}, {"dataset_name": "x"},
                                       {"learning_rate": "fast"}, {"total_stpes": 8}])
 def test_a_models_train_overrides_are_typed_and_cannot_rename_the_cell(override):
-    from snakemake.exceptions import WorkflowError
-
-    with pytest.raises(WorkflowError, match=next(iter(override))):
+    with pytest.raises(ValueError, match=f"models.m.train.{next(iter(override))}"):
         validate(campaign(**override))
 
 
@@ -145,10 +146,9 @@ def test_a_model_may_override_part_of_the_train_section():
     validate(campaign(total_steps=8, learning_rate=1e-5))
     config = campaign()
     del config["train"]["eval_every"]
-    from snakemake.exceptions import WorkflowError
-
-    with pytest.raises(WorkflowError, match="eval_every"):
+    with pytest.raises(ValueError, match="train.eval_every: a grid"):
         validate(config)
+    validate(campaign(eval_every=2) | {"train": {"total_steps": 4}})  # the model's own eval_every completes it
 
 
 # ---- layout -----------------------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def test_training_and_evaluation_render_a_braced_template_alike(tmp_path):
     problem = "Compute {1+2}."
     (tmp_path / "t.jsonl").write_text(json.dumps({"id": "a", "problem": problem, "answer": "3"}) + "\n")
     cell = CellConfig(model="m", train_files=[str(tmp_path / "t.jsonl")], aggregator="seq-agg", seed=0,
-                      prompt_template=template, use_chat_template=False, prompts_per_step=1, num_generations=2,
+                      prompt_template=template, chat_template=False, prompts_per_step=1, num_generations=2,
                       mini_batches=1, micro_batch_size=2, save_every=1, max_prompt_length=200,
                       max_completion_length=64, overlong_buffer_len=32)
     trained = build_prompts(cell, build_tokenizer())[0]["prompt"]

@@ -68,10 +68,10 @@ def test_prompts_follow_the_template_and_style(checkpoint):
     with_starter, stdin = (user_message(r, GenerationConfig()) for r in CODE)
     assert "```python\nclass Solution:\n    def add(self, a, b):" in with_starter and "stdin" not in with_starter
     assert "Read the inputs from stdin" in stdin and "Print N+1." in stdin
-    chat = tokenizer.decode(prompt_ids(MATH[0], tokenizer, GenerationConfig(prompt_style="chat")))
-    plain = tokenizer.decode(prompt_ids(MATH[0], tokenizer, GenerationConfig(prompt_style="plain")))
+    chat = tokenizer.decode(prompt_ids(MATH[0], tokenizer, GenerationConfig(chat_template=True)))
+    plain = tokenizer.decode(prompt_ids(MATH[0], tokenizer, GenerationConfig(chat_template=False)))
     assert chat == "<bos>" + math + "\n" and plain == math
-    custom = GenerationConfig(prompt_style="plain", math_template="Q: {problem}\nA:")
+    custom = GenerationConfig(chat_template=False, math_template="Q: {problem}\nA:")
     assert tokenizer.decode(prompt_ids(MATH[0], tokenizer, custom)) == "Q: Compute $1+1$.\nA:"
 
 
@@ -79,8 +79,8 @@ def test_chat_style_without_a_template_is_a_clear_error(tmp_path):
     checkpoint = build_checkpoint(tmp_path / "plain", chat=False)
     tokenizer = load_tokenizer(checkpoint)
     with pytest.raises(ValueError, match="no chat template"):
-        prompt_ids(MATH[0], tokenizer, GenerationConfig(prompt_style="chat"))
-    assert tokenizer.decode(prompt_ids(MATH[0], tokenizer, GenerationConfig())).startswith("Compute")  # auto
+        prompt_ids(MATH[0], tokenizer, GenerationConfig(chat_template=True))
+    assert tokenizer.decode(prompt_ids(MATH[0], tokenizer, GenerationConfig())).startswith("Compute")  # plain
 
 
 def test_cli_writes_one_contract_line_per_problem_and_sample(checkpoint, bench_dir, tmp_path, capsys):
@@ -109,8 +109,8 @@ def test_cli_writes_one_contract_line_per_problem_and_sample(checkpoint, bench_d
 
 
 def test_samples_depend_on_their_seed_only(checkpoint, bench_dir, tmp_path):
-    def texts(name, **overrides):
-        generate(checkpoint, bench_dir, ["math500"], tmp_path / name, small(**overrides))
+    def texts(name, **overrides):  # chat prompts: the random model's samples of them all differ
+        generate(checkpoint, bench_dir, ["math500"], tmp_path / name, small(chat_template=True, **overrides))
         return [line["text"] for line in read_jsonl(tmp_path / name / "generations.jsonl")]
 
     batched, one_by_one = texts("a", batch_size=8), texts("b", batch_size=1)

@@ -8,26 +8,26 @@ from pathlib import Path
 import pytest
 import yaml
 
-from balagg.commands.plan import SCHEMA, load_config
+from balagg.campaign import load
 from balagg.grid import RESOURCE_DEFAULTS, Cell, DataFile, Grid
-from balagg.grid.arguments import generation_args, prompt_args
+from balagg.grid.arguments import generate_args, score_args
 from balagg.grid.environment import fetch_args, hub_models, job_environment
 from balagg.grid.targets import analysis_targets, campaign_targets, external_paths
-from balagg.layout import CELL_CONFIG_FILE, CELL_PATTERN
+from balagg.layout import CELL_CONFIG_FILE
 from balagg.train.config import CellConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def grid_of(tmp_path: Path, *configs: str, **overrides) -> Grid:
-    """The grid of the repository's config files, then ``overrides`` as one more file, validated with the
-    schema's defaults as the workflow does."""
+    """The grid of the repository's config files, then ``overrides`` as one more file, loaded as the workflow
+    loads them."""
     paths = [str(REPO / "configs" / f"{name}.yaml") for name in configs]
     if overrides:
         extra = tmp_path / "override.yaml"
         extra.write_text(yaml.safe_dump(overrides))
         paths.append(str(extra))
-    return Grid(load_config(paths))
+    return Grid(load(paths))
 
 
 # ---- cells
@@ -46,8 +46,10 @@ def test_cells_are_every_combination_in_the_configs_order(tmp_path):
 def test_a_cell_is_named_by_its_wildcards_and_its_folder():
     cell = Cell.of({"model": "m", "dataset": "d", "aggregator": "token-agg", "seed": "3"})
     assert cell == Cell("m", "d", "token-agg", 3) and cell.seed == 3
-    assert cell.relpath == str(cell) == CELL_PATTERN.format(**cell.wildcards) == "m/d/token-agg/seed3"
-    assert Cell.of(cell.wildcards) == cell
+    assert cell.relpath == str(cell) == "m/d/token-agg/seed3"
+    assert Cell.of(cell.wildcards) == cell and Cell.parse(cell.relpath) == cell  # a folder reads back as its cell
+    for near_miss in ("m/d/token-agg/seed3/eval", "m/d/bogus-rule/seed3", "m/d/token-agg/seed-3", "m/d/token-agg"):
+        assert Cell.parse(near_miss) is None, near_miss
     assert sorted([Cell("m", "d", "z", 1), Cell("m", "d", "a", 2), Cell("a", "d", "z", 0)])[0].model == "a"
 
 
@@ -186,12 +188,35 @@ def test_campaign_targets_cover_every_cell_every_external_checkpoint_and_the_ana
     assert "results/paper/data/card.json" not in campaign_targets(grid_of(tmp_path, "paper"))
 
 
-def test_jobs_take_the_models_prompt_settings_and_the_eval_sampling(tmp_path):
-    assert prompt_args({"chat_template": True, "enable_thinking": False, "answer_format": "answer-line"}) == \
-        "--prompt-style chat --answer-format answer-line --enable-thinking false"
-    assert prompt_args({"math_template": "Q: {problem}"}) == "--prompt-style plain --math-template 'Q: {problem}'"
-    grid = grid_of(tmp_path, "smoke")
-    assert generation_args(grid.config["eval"]).startswith(f"--n {grid.config['eval']['n']} --temperature ")
+def test_jobs_take_the_models_prompt_settings_and_the_eval_settings(tmp_path):
+    """The workflow writes a generate (score) job's settings from GenerationConfig (ScoreConfig), and the
+    command reads them back into the same dataclass: what the job runs with is the eval section's and the
+    model's settings, nothing lost or renamed on the way."""
+    import shlex
+
+    from balagg.cli import build_parser
+    from balagg.config_flags import config_from_args
+    from balagg.evaluation.generation.requests import GenerationConfig
+    from balagg.evaluation.scoring.config import ScoreConfig
+
+    grid = grid_of(tmp_path, "paper", eval={"temperature": 0.6, "strict_golds": True})
+    for model in grid.models:
+        settings = grid.generation_settings(model)
+        spec = grid.models[model]
+        assert settings["chat_template"] is True and settings["temperature"] == 0.6
+        assert (settings["math_template"], settings["answer_format"]) == (spec["math_template"], "answer-line")
+        args = build_parser().parse_args(["generate", "--checkpoint", "c", "--benchmarks-dir", "b", "--benchmarks",
+                                          "math500", "--out", "o", *shlex.split(generate_args(grid, model))])
+        parsed = config_from_args(GenerationConfig, args)
+        assert {key: getattr(parsed, key) for key in settings} == settings
+    assert grid.generation_settings("qwen3-1.7b")["enable_thinking"] is True
+    assert "enable_thinking" not in grid.generation_settings("qwen2.5-math-7b")  # unset: the template's default
+    args = build_parser().parse_args(["score", "--generations", "g", "--benchmarks-dir", "b", "--out", "o",
+                                      *shlex.split(score_args(grid))])
+    assert config_from_args(ScoreConfig, args) == ScoreConfig(code_timeout_s=6, strict_golds=True)
+    smoke = grid_of(tmp_path, "smoke")
+    assert generate_args(smoke, "tiny-s").startswith("--n 8 --temperature 1.0 --top-p 0.7 --max-tokens 48 --seed 0 "
+                                                     "--chat-template false --math-template '{problem}'")
 
 
 def test_hub_sources_are_fetched_and_read_offline(tmp_path, monkeypatch):

@@ -101,7 +101,7 @@ def test_step0_generation_takes_a_hub_id(cache_env, tmp_path):
 
     write_jsonl(tmp_path / "bench" / "math500.jsonl",
                 [{"id": "math500-0", "benchmark": "math500", "kind": "math", "problem": "1+1?", "answer": "2"}])
-    config = GenerationConfig(n=2, max_tokens=8, backend="transformers", prompt_style="chat")
+    config = GenerationConfig(n=2, max_tokens=8, backend="transformers", chat_template=True)
     summary = generate(MODEL, tmp_path / "bench", ["math500"], tmp_path / "out", config)
     assert summary.benchmarks == {"math500": 2}
     record = json.loads((tmp_path / "out" / "generation.json").read_text())
@@ -137,10 +137,10 @@ def test_prepare_reads_a_hub_dataset_from_its_snapshot(cache_env, tmp_path, name
 
 def test_hub_cache_command_layers_configs_as_snakemake(tmp_path, capsys):
     """`tinyworld hub-cache` reads paper.yaml + rehearsal.yaml like `--configfile a b`: the paper's ids."""
-    from balagg.configfiles import merged_config
+    from balagg.campaign import load
 
     root = Path(__file__).resolve().parents[1] / "configs"
-    config = merged_config([str(root / "paper.yaml"), str(root / "rehearsal.yaml")])
+    config = load([str(root / "paper.yaml"), str(root / "rehearsal.yaml")]).config
     assert config["models"]["qwen3-1.7b"]["path"] == MODEL and config["models"]["qwen3-1.7b"]["chat_template"] is True
     assert config["models"]["qwen3-1.7b"]["train_resources"]["gpus"] == 2
     assert config["train"]["accelerate_config"] == "configs/accelerate/fsdp2.yaml"

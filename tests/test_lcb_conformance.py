@@ -238,6 +238,8 @@ def test_functions_lcb_runners_guard_disables_fail(sandbox, code):
     ("1 2\n3", " 1 2 \n3\n", True),
     ("1\n2\n", "1\r\n2\r\n", True),  # each line is stripped, '\r' with it
     ("1\n\n2", "1\n2", False),  # empty lines inside count
+    ("1\n2", "1\n2\n3", False),  # as many lines: an extra last line fails
+    ("1\n2\n3", "1\n2", False),  # and a missing one
     ("", "\n\n", True),
     ("1\n2", "1\x0c2", False),  # lines are split on '\n' only
     ("1.0", "1", True),  # a line whose tokens all read as decimals compares as decimals

@@ -90,6 +90,8 @@ def test_gold_formats():
     assert gold_latex(["$3$", "5"]) == "$3, 5$"
     assert gold_latex("\\$36") == "$\\$36$"  # a dollar sign, not a delimiter
     assert gold_latex(["$221,$8$"]) == "$221,8$"  # an odd number of $: stray, dropped
+    # an odd number of $ that would otherwise read as a pair and prose: still stray, all dropped
+    assert gold_latex("$12$ cents$") == "$12 cents$"
     assert gold_latex("a+$ $b") == "$a+ b$"  # math outside the pair: stray
     assert gold_latex("$69$,$84$") == "$69$,$84$" and gold_latex("$(0, 1)$.") == "$(0, 1)$."  # delimiters
     assert gold_latex("\\textbf{(E)}\\") == "$\\textbf{(E)}$"  # a trailing lone backslash

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from balagg.cli import main
-from balagg.commands.plan import load_config
+from balagg.campaign import load
+from balagg.grid import Grid
 from balagg.completion_lengths import CompletionLengths
 from balagg.plan import MEASURED_RATE, model_figures, plan_lines
 from test_workflow import REPO, snakemake, workdir  # noqa: F401  (workdir is a fixture)
@@ -41,7 +42,7 @@ def small(tmp_path):
 
 
 def test_plan_arithmetic_by_hand(small):
-    lines, total = plan_lines(load_config([str(small)]))
+    lines, total = plan_lines(load([str(small)]))
     initial, cell, _ = lines
     # 8 steps / (1 mini-batch x 2 iterations) = 4 rollout batches x 4 prompts x 2 responses x 0.5 x 100 tokens
     assert cell.train_tokens == 4 * 4 * 2 * 0.5 * 100 == 1600
@@ -106,7 +107,7 @@ def test_micro_batch_rules_are_planned_unsorted(small, tmp_path):
     """The trainer keeps the micro-batch rules' cut (their weights depend on it): no sorting, wider."""
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({"aggregators": ["token-agg", "token-agg-microbatch"]}))
-    lines, _ = plan_lines(load_config([str(small), str(other)]))
+    lines, _ = plan_lines(load([str(small), str(other)]))
     by_rule = {line.name.split("/")[2]: line for line in lines[1:]}
     lengths = CompletionLengths(100, 0.5)
     assert by_rule["token-agg"].padded_tokens == pytest.approx(32 * (10 + lengths.expected_sorted_width(4, 2)))
@@ -131,7 +132,7 @@ def test_checkpoint_disk_per_cell_and_in_total(small, tmp_path):
     keep_checkpoints times plus one while saving; the total adds every cell and the model's snapshot. After
     training only the evaluation checkpoints stay (the trainer removes the resumable state), unless
     keep_resumable_state keeps keep_checkpoints of them."""
-    lines, total = plan_lines(load_config([str(small)]))
+    lines, total = plan_lines(load([str(small)]))
     initial, cell, _ = lines
     # 2 eval checkpoints x 1e6 x 2 B + (2 kept + 1) x 1e6 x 12 B
     assert cell.disk_bytes == 2 * 2e6 + 3 * 12e6
@@ -140,7 +141,7 @@ def test_checkpoint_disk_per_cell_and_in_total(small, tmp_path):
     assert cell.kept_bytes == 2 * 2e6 and initial.kept_bytes == 2e6 and total.kept_bytes == 2 * 2 * 2e6 + 2e6
     keep = tmp_path / "keep.yaml"
     keep.write_text(yaml.safe_dump({"train": {"keep_resumable_state": True}}))
-    _, cell, _ = plan_lines(load_config([str(small), str(keep)]))[0]
+    _, cell, _ = plan_lines(load([str(small), str(keep)]))[0]
     assert cell.kept_bytes == 2 * 2e6 + 2 * 12e6
 
 
@@ -169,9 +170,11 @@ def test_printed_plan_states_widths_disk_memory_and_job_limits(small, tmp_path, 
 def test_paper_grid_evaluation_fits_and_train_memory_is_sized_from_the_load_path():
     """configs/paper.yaml: each model's evaluation job fits its runtime at the plan's rate, and a train job
     asks for the load path's host memory with a margin, not a whole node's."""
-    config = load_config([str(REPO / "configs" / "paper.yaml")])
-    for model in config["models"]:
-        figures = model_figures(config, model)
+    from balagg.grid import Grid
+
+    grid = Grid(load([str(REPO / "configs" / "paper.yaml")]))
+    for model in grid.models:
+        figures = model_figures(grid, model)
         assert figures.eval_job_hours < figures.generate_runtime_hours, model
         assert figures.train_host_bytes <= figures.train_mem_bytes <= 1.5 * figures.train_host_bytes, model
 
@@ -189,7 +192,7 @@ def test_tiny_models_are_planned_on_their_own_familys_benchmarks(tmp_path, capsy
               "tinyworld": {"bench_problems": 48}, "plan": {"completion_fraction": 0.5}}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
-    lines, total = plan_lines(load_config([str(path)]))
+    lines, total = plan_lines(load([str(path)]))
     initial = {line.name.split("/")[0]: line for line in lines if line.name.endswith("(step 0)")}
     walk_size = slice_size(48, 5)
     assert walk_size == 16
@@ -210,7 +213,7 @@ def test_later_files_override_and_per_model_rates_win(small, tmp_path, capsys):
                                     "plan": {"models": {"m1": {"completion_fraction": 0.25}}}}))
     assert main(["plan", "--configfile", str(small), str(more)]) == 0
     printed = capsys.readouterr().out
-    lines, total = plan_lines(load_config([str(small), str(more)]))
+    lines, total = plan_lines(load([str(small), str(more)]))
     assert lines[1].train_tokens == 8 * 4 * 2 * 0.25 * 100  # 8 rollout batches, a quarter of the length
     assert lines[1].jobs["generate"] == 4  # checkpoints 4, 8, 12, 16
     assert "m1/d1/balanced-agg/seed0" in printed and "OVER" in printed  # 2.3 h on 2 GPUs > the 1 h limit
@@ -221,21 +224,21 @@ def test_bad_plans_are_one_line_errors(small, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"plan": {"models": {"nope": {"completion_fraction": 0.5}}}}))
     assert main(["plan", "--configfile", str(small), str(bad)]) == 2
-    assert "plan.models names models that are not in the config: ['nope']" in capsys.readouterr().err
+    assert f"config {bad}: plan.models.nope: not a model of the config" in capsys.readouterr().err
     no_size = {**SMALL, "benchmarks": {"livecodebench": "Org/L"}, "plan": {}}
     bad.write_text(yaml.safe_dump(no_size))
     assert main(["plan", "--configfile", str(bad)]) == 2
     assert "set plan.bench_problems.livecodebench" in capsys.readouterr().err
     bad.write_text(yaml.safe_dump({**SMALL, "plan": {"completion_fraction": 2}}))
     assert main(["plan", "--configfile", str(bad)]) == 2
-    assert "2 is greater than the maximum of 1 at instance['plan']['completion_fraction']" in capsys.readouterr().err
+    assert f"config {bad}: plan.completion_fraction: 2 is greater than the maximum of 1" in capsys.readouterr().err
     bad.write_text(yaml.safe_dump({**SMALL, "plan": {"prompt_tokens": 50}}))  # max_prompt_length is 20
     assert main(["plan", "--configfile", str(bad)]) == 2
     assert "prompt_tokens of m1 must be in [1, max_prompt_length=20], got 50" in capsys.readouterr().err
     # the former all-in-one train rate is not silently ignored
     bad.write_text(yaml.safe_dump({**SMALL, "plan": {"train_tokens_per_s_per_gpu": 1500}}))
     assert main(["plan", "--configfile", str(bad)]) == 2
-    assert "'train_tokens_per_s_per_gpu' was unexpected" in capsys.readouterr().err
+    assert f"config {bad}: plan.train_tokens_per_s_per_gpu: unknown key" in capsys.readouterr().err
 
 
 def test_the_plan_rule_writes_what_the_command_prints(workdir):  # noqa: F811
@@ -243,7 +246,7 @@ def test_the_plan_rule_writes_what_the_command_prints(workdir):  # noqa: F811
 
     snakemake("results/smoke/plan.txt", "--cores", "1", "--configfile", "configs/smoke.yaml", cwd=workdir)
     written = (workdir / "results/smoke/plan.txt").read_text()
-    assert written == format_plan(load_config([str(REPO / "configs/smoke.yaml")])) + "\n"
+    assert written == format_plan(load([str(REPO / "configs/smoke.yaml")])) + "\n"
     assert "tiny-s/arith-long/balanced-agg/seed0" in written and not (workdir / "results/smoke/data").exists()
 
 
@@ -253,8 +256,8 @@ def paper_figures(*overlays: dict, tmp_path=None) -> dict:
         path = tmp_path / f"overlay{number}.yaml"
         path.write_text(yaml.safe_dump(overlay))
         paths.append(str(path))
-    config = load_config(paths)
-    return {model: model_figures(config, model) for model in config["models"]}
+    grid = Grid(load(paths))
+    return {model: model_figures(grid, model) for model in grid.models}
 
 
 def test_paper_train_jobs_leave_a_tenth_of_each_gpu_free_and_the_engines_hold_a_sequence():
@@ -310,19 +313,21 @@ def test_printed_plan_states_each_models_gpu_memory_save_time_and_disk_kept(caps
     assert "OVER: a train job's GPU" not in printed
 
 
-def test_paper_save_every_keeps_the_saves_a_small_part_of_training():
+def test_paper_save_every_keeps_the_saves_a_small_part_of_training(tmp_path):
     """Saves take their bytes / write_bytes_per_s of the train wall hours: every rollout batch a 7B state
     (91.4 GB) would be 11 % of a cell's time at 500 MB/s; configs/paper.yaml's save_every keeps it under 5 %
     and a cell's lost work after an unforeseen failure under 5 rollout batches."""
-    config = load_config([str(REPO / "configs" / "paper.yaml")])
-    lines, _ = plan_lines(config)
+    paper = str(REPO / "configs" / "paper.yaml")
+    campaign = load([paper])
+    lines, _ = plan_lines(campaign)
     for line in lines:
         if line.train_gpus:
             assert 0 < line.save_hours < 0.05 * line.train_wall_hours, line.name
-    settings = config["train"]
+    settings = campaign.config["train"]
     assert settings["save_every"] <= 5 * settings["mini_batches"] * settings["num_iterations"]
-    every_batch = load_config([str(REPO / "configs" / "paper.yaml")])
-    every_batch["train"]["save_every"] = settings["mini_batches"]
+    overlay = tmp_path / "every-batch.yaml"
+    overlay.write_text(yaml.safe_dump({"train": {"save_every": settings["mini_batches"]}}))
+    every_batch = load([paper, str(overlay)])
     seven_b = next(line for line in plan_lines(every_batch)[0] if line.name.startswith("qwen2.5-math-7b/dapo"))
     assert seven_b.save_hours > 0.10 * seven_b.train_wall_hours
 

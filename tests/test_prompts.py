@@ -62,7 +62,7 @@ def training_cell(tmp_path, chat, thinking, template=DAPO_TEMPLATE):
     data.write_text("".join(json.dumps({"id": f"p{i}", "problem": p, "answer": "1"}) + "\n"
                             for i, p in enumerate(PROBLEMS)))
     return CellConfig(model="m", train_files=[str(data)], aggregator="balanced-agg", seed=0,
-                      prompt_template=template, use_chat_template=chat, enable_thinking=thinking,
+                      prompt_template=template, chat_template=chat, enable_thinking=thinking,
                       prompts_per_step=2, num_generations=2, mini_batches=1, micro_batch_size=4,
                       max_prompt_length=1000, max_completion_length=8, overlong_buffer_len=4, save_every=1)
 
@@ -73,7 +73,7 @@ def test_training_prompt_as_trl_tokenizes_it_is_the_evaluation_prompt(tmp_path, 
     dataset = build_prompts(cell, tokenizer)
     kwargs = grpo_config_kwargs(cell, str(tmp_path)).get("chat_template_kwargs", {})
     trained = trl_tokenize(tokenizer, [row["prompt"] for row in dataset], kwargs)
-    generation = GenerationConfig(prompt_style="chat" if chat else "plain", enable_thinking=thinking,
+    generation = GenerationConfig(chat_template=chat, enable_thinking=thinking,
                                   math_template=DAPO_TEMPLATE, answer_format="answer-line")
     evaluated = [evaluation_prompt_ids({"id": f"p{i}", "kind": "math", "problem": p}, tokenizer, generation)
                  for i, p in enumerate(PROBLEMS)]
@@ -180,7 +180,7 @@ def test_paper_grid_example_cell_and_docs_make_one_prompt_choice_per_model():
     assert paper["models"]["qwen3-1.7b"]["enable_thinking"] is True  # chosen explicitly, not left to default
     cell = json.loads((REPO / "configs/cells/example-qwen2.5-math-7b-dapo.json").read_text())
     qwen_math = paper["models"]["qwen2.5-math-7b"]
-    assert (cell["prompt_template"], cell["answer_format"], cell["use_chat_template"]) == (
+    assert (cell["prompt_template"], cell["answer_format"], cell["chat_template"]) == (
         qwen_math["math_template"], qwen_math["answer_format"], qwen_math["chat_template"])
     assert cell["max_position_embeddings"] == qwen_math["max_position_embeddings"]
     CellConfig.from_dict(cell)  # still a valid cell

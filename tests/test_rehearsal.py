@@ -76,13 +76,13 @@ from test_slurm import CLUSTER_ENV, NO_CLUSTER, SUBMITTED, job_record  # noqa: E
 @pytest.mark.slow
 @pytest.mark.skipif(NO_CLUSTER is not None, reason=NO_CLUSTER or "")
 def test_rehearsal_through_the_slurm_profile(tmp_path, capsys):
-    from balagg.configfiles import merged_config
+    from balagg.campaign import load
     from balagg.tinyworld.hubcache import campaign_repos, fill_hub_cache, repo_folder
 
     (tmp_path / "work").mkdir()
     work = copy_workflow(tmp_path / "work")
     configs = [str(work / "configs" / "paper.yaml"), str(work / "configs" / "rehearsal.yaml")]
-    config = merged_config(configs)
+    config = load(configs).config
     hf_home = tmp_path / "hf"
     models, datasets = campaign_repos(config)
     fill_hub_cache(hf_home, models, datasets, train_problems=16, bench_problems=2)

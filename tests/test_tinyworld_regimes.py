@@ -92,8 +92,9 @@ def test_bad_regime_knobs_are_refused():
 
 
 def test_the_regimes_are_the_schema_enum_and_each_one_a_shipped_config_uses():
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    models = schema["properties"]["models"]["additionalProperties"]["properties"]
+    from balagg.campaign import campaign_schema
+
+    models = campaign_schema()["properties"]["models"]["additionalProperties"]["properties"]
     assert models["tinyworld_regime"]["enum"] == list(REGIMES)
     used = {spec.get("tinyworld_regime") for path in (REPO / "configs").glob("*.yaml")
             for spec in (yaml.safe_load(path.read_text()).get("models") or {}).values()}

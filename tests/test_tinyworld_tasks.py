@@ -8,10 +8,9 @@ from collections import Counter
 
 import pytest
 
+from balagg.data.sources import tinyworld_tasks
 from balagg.tinyworld.model import ALPHABET
 from balagg.tinyworld.tasks import (
-    BENCH_TASKS,
-    TRAIN_TASKS,
     flawed_solution,
     sample_chain,
     sample_code_problem,
@@ -19,6 +18,7 @@ from balagg.tinyworld.tasks import (
     worked_solution,
 )
 
+TRAIN_TASKS, BENCH_TASKS = tinyworld_tasks("train"), tinyworld_tasks("benchmark")  # the registry's
 STEP = re.compile(r"(\d+)([+-])(\d+)=(-?\d+)\.")
 BOX = re.compile(r"\\boxed\{(-?\d+)\}$")
 

@@ -70,6 +70,15 @@ def test_inconsistent_shapes_and_settings_are_errors():
         cell(prompt_template="no placeholder")
 
 
+def test_the_overlong_buffer_lies_inside_the_completion_budget():
+    """DAPO's overlong shaping penalises the last overlong_buffer_len tokens of max_completion_length: a
+    buffer longer than the budget would penalise every response from its first token."""
+    assert cell(max_completion_length=64, overlong_buffer_len=64).overlong_buffer_len == 64
+    with pytest.raises(ValueError, match="overlong_buffer_len=65 must be at most max_completion_length=64"):
+        cell(max_completion_length=64, overlong_buffer_len=65)
+    assert not cell(max_completion_length=64, overlong_buffer_len=65, overlong_buffer_enabled=False).overlong_buffer_enabled
+
+
 def test_checkpoint_steps_always_include_zero_and_the_end():
     assert cell(total_steps=10, eval_every=4, eval_steps=[3]).checkpoint_steps() == [0, 3, 4, 8, 10]
     assert cell(total_steps=10).checkpoint_steps() == [0]

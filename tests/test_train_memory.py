@@ -27,9 +27,10 @@ def test_gpu_train_jobs_use_expandable_segments_and_cpu_jobs_do_not(workdir):  #
 
 def paper_train_settings() -> dict[str, dict]:
     """Each paper model's train settings as the workflow resolves them (train section, then the model's own)."""
+    from balagg.campaign import load
     from balagg.grid import Grid
 
-    grid = Grid(yaml.safe_load((REPO / "configs" / "paper.yaml").read_text()))
+    grid = Grid(load([REPO / "configs" / "paper.yaml"]))
     return {name: grid.train_settings(name) for name in grid.models}
 
 
@@ -55,10 +56,12 @@ def test_paper_collective_timeout_outlasts_a_slow_evaluation_checkpoint_write():
 # ---- the memory model's terms against the libraries (balagg.train.memory)
 
 def paper_shapes() -> dict:
+    from balagg.config_schema import from_mapping
     from balagg.train.memory import ModelShape
 
     paper = yaml.safe_load((REPO / "configs" / "paper.yaml").read_text())
-    return {name: ModelShape.from_dict(spec["shape"]) for name, spec in paper["plan"]["models"].items()}
+    return {name: from_mapping(ModelShape, spec["shape"], f"plan.models.{name}.shape")
+            for name, spec in paper["plan"]["models"].items()}
 
 
 def test_shapes_count_the_parameters_transformers_builds():

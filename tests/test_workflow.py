@@ -80,10 +80,10 @@ def test_lint_is_clean(workdir):
 def test_paper_grid_resolves_every_job_up_front(workdir):
     """The DAG holds every job of the grid (balagg.grid) before anything runs: a train job per cell asking
     for its model's GPUs, a generate and score job per trained checkpoint, step 0 once per model."""
-    from balagg.commands.plan import load_config
+    from balagg.campaign import load
     from balagg.grid import Grid
 
-    grid = Grid(load_config([str(workdir / "configs/paper.yaml")]))
+    grid = Grid(load([str(workdir / "configs/paper.yaml")]))
     result = snakemake("-n", "-p", "--configfile", "configs/paper.yaml", cwd=workdir)
     counts = job_counts(result.stdout)
     assert counts["train"] == counts["cell_config"] == counts["collect_curve"] == len(grid.cells)
@@ -169,12 +169,12 @@ def test_a_bad_training_combination_stops_before_any_job(workdir):
 def test_the_cell_config_rule_writes_each_cells_resolved_config(workdir, monkeypatch):
     """Only the cheap cell_config jobs run: each cell.json is balagg.grid's config of the cell its path
     names, for every cell of the grid."""
-    from balagg.commands.plan import load_config
+    from balagg.campaign import load
     from balagg.grid import Grid
 
     snakemake("--cores", "1", "--until", "cell_config", cwd=workdir)
     monkeypatch.chdir(workdir)  # the tracking URI is the campaign's SQLite file, absolute
-    grid = Grid(load_config(["configs/default.yaml"]))
+    grid = Grid(load(["configs/default.yaml"]))
     root = workdir / "results" / grid.name
     written = {path.parent.relative_to(root).as_posix(): json.loads(path.read_text())
                for path in root.glob("*/*/*/seed*/cell.json")}

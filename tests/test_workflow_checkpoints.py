@@ -146,7 +146,8 @@ def test_each_checkpoint_has_its_own_mlflow_run(campaign):
 
 WORKFLOW_REFUSALS = {  # what only the workflow knows: whether verl imports, the evaluation's lengths
     "verl-without-verl": "python -m verl.model_merger merge --backend fsdp --local_dir ",
-    "short-context": "model checkpoints.c: evaluation needs prompt 2048 + completion 8 = 2056 tokens, more than",
+    "short-context": "model checkpoints.c: evaluation needs prompt 2048 (train.max_prompt_length) + completion 8 "
+                     "(eval.max_tokens) = 2056 tokens, more than",
 }
 
 
@@ -156,7 +157,8 @@ def test_a_bad_checkpoint_stops_the_dag_in_one_line(world, tmp_path, case):
     result = run_snakemake("-n", "--configfile", name, cwd=world["work"], hf_home=world["hf_home"])
     assert result.returncode != 0
     lines = [line for line in (result.stdout + result.stderr).splitlines() if "checkpoints.c" in line]
-    said = [WORKFLOW_REFUSALS[case]] if case in WORKFLOW_REFUSALS else ["config: checkpoints.c: ", BAD_CHECKPOINTS[case]]
+    said = [f"config {world['work'] / name}: ", *([WORKFLOW_REFUSALS[case]] if case in WORKFLOW_REFUSALS else
+                                   ["checkpoints.c: ", BAD_CHECKPOINTS[case]])]
     assert len(lines) == 1 and all(part in lines[0] for part in said), result.stdout + result.stderr
 
 
@@ -166,7 +168,8 @@ def test_a_campaign_needs_a_grid_or_checkpoints(world):
     (world["work"] / "empty.yaml").write_text(yaml.safe_dump(config))
     result = run_snakemake("-n", "--configfile", "empty.yaml", cwd=world["work"], hf_home=world["hf_home"])
     output = result.stdout + result.stderr
-    assert result.returncode != 0 and "config: nothing to run: give aggregators" in output, output
+    said = f"config {world['work'] / 'empty.yaml'}: nothing to run: give aggregators"
+    assert result.returncode != 0 and said in output, output
 
 
 def test_the_example_runs_through_the_slurm_profile_without_training(world):

@@ -39,7 +39,7 @@ def test_paper_grid_checks_contexts_at_dag_build(workdir, tmp_path, monkeypatch)
     (workdir / "no-override.yaml").write_text(no_override)
     result = snakemake("--cores", "1", "--configfile", "no-override.yaml", cwd=workdir, check=False)
     assert result.returncode != 0
-    assert ("model qwen2.5-math-7b: training needs prompt 2048 + completion 8192 = 10240 tokens, more than its "
-            "context of 4096 tokens") in result.stderr
+    assert ("model qwen2.5-math-7b: training needs prompt 2048 (train.max_prompt_length) + completion 8192 "
+            "(train.max_completion_length) = 10240 tokens, more than its context of 4096 tokens") in result.stderr
     assert "no config.json" not in result.stderr  # both configs were found
     assert not (workdir / "results").exists()

@@ -1,10 +1,11 @@
-"""The paper's benchmarks and training sets, their order, and the names of the metrics reported on them.
+"""The benchmarks and training sets of the registry (:mod:`balagg.data.sources`), their order, and the names of
+the metrics reported on them.
 
 Metric names carry the number of samples they are computed from: ``acc@{n}``, ``best@{n}``,
 ``best@{n}_bootstrap``, ``pass@{k}`` (:func:`acc_metric`, :func:`best_metric`,
 :func:`best_bootstrap_metric`, :func:`pass_metric`); the paper reports n = 8 (:data:`PAPER_SAMPLES`).
 Scoring's summary.json, a cell's curve.csv, MLflow and the analysis name them through these functions.
-Only the standard library is imported: the workflow and ``--help`` import this module.
+Nothing heavy is imported: the workflow and ``--help`` import this module.
 """
 
 from __future__ import annotations
@@ -12,16 +13,28 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-BENCHMARKS: tuple[str, ...] = ("math500", "aime24", "aime25", "olympiadbench", "minerva", "livecodebench")
-"""The six benchmarks in the paper's order; files, summaries and tables list them in this order."""
+from balagg.data.sources import SOURCES, names
 
-BENCHMARK_KINDS: dict[str, str] = {name: "code" if name == "livecodebench" else "math" for name in BENCHMARKS}
+BENCHMARKS: tuple[str, ...] = names("benchmark")
+"""The registry's benchmarks in the paper's order; files, summaries and tables list them in this order."""
+
+BENCHMARK_KINDS: dict[str, str] = {name: SOURCES[name].kind for name in BENCHMARKS}
 """``math`` (a gold answer, checked by the math verifier) or ``code`` (tests run in the sandbox)."""
 
-TRAINING_SETS: tuple[str, ...] = ("dapo-math-17k", "polaris-53k")
+TRAINING_SETS: tuple[str, ...] = names("train")
 
 MEAN = "mean"
 """The pseudo-benchmark holding the unweighted mean over a step's benchmarks (summary.json, curve.csv)."""
+
+
+_COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+
+
+def mean_label(benchmarks: Iterable[str]) -> str:
+    """How tables name the mean over ``benchmarks`` (without :data:`MEAN`): ``six-benchmark`` for the paper's six,
+    ``five-benchmark`` for a campaign of five."""
+    count = len(set(benchmarks) - {MEAN})
+    return f"{_COUNTS[count] if count < len(_COUNTS) else count}-benchmark"
 
 
 def benchmark_rank(name: str) -> tuple[int, str]:

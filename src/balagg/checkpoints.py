@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from balagg.hub import HUB_ID
+from balagg.layout import RESUMABLE_PREFIX, STEP_DIR_PREFIX
 
-STEP_FOLDER = re.compile(r"^(?:step-|checkpoint-|global_step_)(\d+)$")
-"""A checkpoint folder of a run: balagg's ``step-N``, TRL's ``checkpoint-N``, verl's ``global_step_N``."""
+VERL_STEP_PREFIX = "global_step_"
+STEP_FOLDER = re.compile(rf"^(?:{'|'.join(map(re.escape, (STEP_DIR_PREFIX, RESUMABLE_PREFIX, VERL_STEP_PREFIX)))})(\d+)$")
+"""A checkpoint folder of a run, its whole name: balagg's ``step-N``, TRL's ``checkpoint-N``, verl's
+``global_step_N``."""
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
 VERL_SHARD = "model_world_size_*_rank_*.pt"
@@ -124,8 +127,10 @@ def resolve(name: str, spec: dict, hub_cache: str | os.PathLike, offline: bool,
         return External(name, "hub", path, str(revision), {0: pinned(path, str(revision))})
     if spec.get("revision"):
         raise ValueError(f"checkpoints.{name}: revision {spec['revision']} is for hub ids; {path} is a local path")
+    if not folder.exists():
+        raise ValueError(f"checkpoints.{name}: path {path} does not exist (nor is it a hub id, org/name)")
     if not folder.is_dir():
-        raise ValueError(f"checkpoints.{name}: {path} is neither a folder nor a hub id (org/name)")
+        raise ValueError(f"checkpoints.{name}: path {path} is a file, not a model folder")
     runs = {int(m.group(1)): child for child in folder.iterdir()
             if child.is_dir() and (m := STEP_FOLDER.match(child.name))}
     if runs:

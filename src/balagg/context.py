@@ -60,16 +60,25 @@ def effective_context(config: dict, override: int | None, where: str) -> int:
     return native_context(config, where)
 
 
+LENGTH_SETTINGS = {"training": ("train.max_prompt_length", "train.max_completion_length"),
+                   "evaluation": ("train.max_prompt_length", "eval.max_tokens")}
+"""The campaign settings that make a job's prompt and completion budgets: evaluation prompts are cut as the
+training's (``train.max_prompt_length``, also in a campaign that trains nothing)."""
+
+
 def check_fits(model: str, context: int, prompt: int, completion: int, what: str, override: int | None) -> None:
-    """Refuse ``prompt + completion > context`` in one line naming ``model`` and the numbers."""
+    """Refuse ``prompt + completion > context`` in one line naming ``model``, the numbers and the settings
+    to change (:data:`LENGTH_SETTINGS` of ``what``)."""
     if prompt + completion <= context:
         return
     origin = f"the max_position_embeddings override {override}" if override is not None else \
         f"its max_position_embeddings {context}"
+    prompt_key, completion_key = LENGTH_SETTINGS[what]
     raise ValueError(
-        f"model {model}: {what} needs prompt {prompt} + completion {completion} = {prompt + completion} tokens, "
-        f"more than its context of {context} tokens ({origin}); shorten the lengths or set "
-        f"max_position_embeddings of models.<name> or checkpoints.<name> (docs/cluster.md, Context length)")
+        f"model {model}: {what} needs prompt {prompt} ({prompt_key}) + completion {completion} ({completion_key}) "
+        f"= {prompt + completion} tokens, more than its context of {context} tokens ({origin}); lower "
+        f"{prompt_key} or {completion_key}, or set max_position_embeddings of models.<name> or checkpoints.<name> "
+        "(docs/cluster.md, Context length)")
 
 
 def find_model_config(source: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path | None:

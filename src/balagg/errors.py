@@ -1,13 +1,12 @@
-"""One-line messages for the failures a user can cause or meet: a full disk, a config that does not
-validate, a truncated weights file. Each names the file (and line,
-where there is one) and the cause, so the CLI and the workflow print it instead of a traceback."""
+"""One-line messages for the failures a user can cause or meet: a full disk, a truncated weights file (a
+config that does not validate: balagg.campaign). Each names the file (and line, where there is one) and
+the cause, so the CLI and the workflow print it instead of a traceback."""
 
 from __future__ import annotations
 
 import errno
 import os
 from pathlib import Path
-from typing import Any
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 TORCH_WRITE_FAILURES = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
@@ -61,13 +60,6 @@ def _nearly_full(folder: str | os.PathLike, slack: int = 64 << 20) -> bool:
         return shutil.disk_usage(path).free < slack
     except OSError:
         return True
-
-
-def schema_error_line(error: Any, files: list[str]) -> str:
-    """A jsonschema ValidationError as one line: the config files, the key path and the message (not
-    the schema, which jsonschema's str() prints in full)."""
-    where = ".".join(str(part) for part in error.absolute_path) or "top level"
-    return f"config {', '.join(files) or '(none)'}: {where}: {error.message}"
 
 
 def check_safetensors(folder: str | os.PathLike) -> None:

@@ -19,7 +19,9 @@ import os
 import re
 from pathlib import Path
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+from balagg.layout import NAME_PATTERN
+
+HUB_ID = re.compile(rf"^{NAME_PATTERN}/{NAME_PATTERN}$")
 REPO_TYPES = ("model", "dataset")
 
 

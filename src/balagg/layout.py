@@ -2,8 +2,8 @@
 
 Data preparation, training, generation, scoring, analysis, tracking, the workflow's rules and the CLI
 build their paths from these names and functions instead of writing their own copy, so a name changed
-here changes everywhere (docs/files.md describes each file). Only the standard library is imported: the
-workflow and ``--help`` import this module.
+here changes everywhere (docs/files.md describes each file). Only the standard library (and the rule registry, for
+the names a cell folder may have) is imported: the workflow and ``--help`` import this module.
 
 Campaign layout (all paths relative to the working directory)::
 
@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from balagg.aggregators import RULES
+
 RESULTS_DIR = "results"
 INITIAL_RUN = "initial"
 """The evaluation run of a model's untrained weights: ``{model}/initial/``, step 0 of every cell's curve."""
@@ -42,13 +44,40 @@ EXTERNAL_RECORD_FILE = "checkpoint.json"
 MERGED_DIR = "merged"
 """``{checkpoint}/external/merged/step-N/``: a verl checkpoint merged into a Hugging Face folder."""
 
-CELL_PATTERN = "{model}/{dataset}/{aggregator}/seed{seed}"
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+"""A name that becomes a folder: a campaign's, a model's, a dataset's, an external checkpoint's (and each half
+of a hub id, ``org/name``)."""
+
+SEED_PREFIX = "seed"
+CELL_PATTERN = "{model}/{dataset}/{aggregator}/" + SEED_PREFIX + "{seed}"
 """A cell folder relative to the campaign folder (``str.format`` or Snakemake wildcards)."""
 
-SEED_DIR = re.compile(r"^seed(\d+)$")
+SEED_DIR = re.compile(rf"^{SEED_PREFIX}(\d+)$")
 STEP_DIR_PREFIX = "step-"
-STEP_DIR = re.compile(r"^step-(\d+)$")
 STEP_DIGITS = 6
+"""The digits of a step in folder names (:func:`step_tag`)."""
+STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
+
+WILDCARDS: dict[str, str] = {
+    "model": NAME_PATTERN,
+    "dataset": NAME_PATTERN,
+    "aggregator": "|".join(re.escape(name) for name in RULES),  # canonical names: a campaign's enter so
+    "seed": r"\d+",
+    "step": rf"\d{{{STEP_DIGITS}}}",
+}
+"""What each wildcard of the layout's patterns matches (the workflow's wildcard constraints)."""
+
+
+def pattern_regex(pattern: str, named: bool = True) -> str:
+    """``pattern`` (wildcards in braces, e.g. :data:`CELL_PATTERN`) as a regular expression: each wildcard a
+    group (``named``: a named one) of what :data:`WILDCARDS` says it matches, the rest literal."""
+    parts = re.split(r"\{(\w+)\}", pattern)
+    return "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>{WILDCARDS[part]})" if named
+                   else f"(?:{WILDCARDS[part]})" for i, part in enumerate(parts))
+
+
+CELL_REGEX = re.compile(pattern_regex(CELL_PATTERN))
+"""A cell folder (relative to its campaign folder), whole: :meth:`Cell.parse`."""
 
 # campaign-level folders (under results/{campaign}/)
 DATA_DIR = "data"
@@ -122,6 +151,13 @@ class Cell:
     dataset: str
     aggregator: str
     seed: int
+
+    @classmethod
+    def parse(cls, relpath: str) -> Cell | None:
+        """The cell whose folder is ``relpath`` (relative to its campaign folder; the inverse of
+        :attr:`relpath`), or None for a path that is not a cell's folder."""
+        match = CELL_REGEX.fullmatch(relpath)
+        return None if match is None else cls.of(match.groupdict())
 
     @classmethod
     def of(cls, wildcards: Mapping) -> Cell:

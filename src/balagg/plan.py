@@ -77,9 +77,9 @@ import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from balagg.config_schema import setting
-from balagg.data.sources import SOURCES
 from balagg.completion_lengths import CompletionLengths
+from balagg.config_schema import Checked, from_mapping, setting
+from balagg.data.sources import SOURCES
 from balagg.grid import Grid
 from balagg.layout import TINYWORLD_SOURCE
 from balagg.aggregators import MICRO_BATCH_RULES
@@ -98,16 +98,26 @@ FREE_GPU_SHARE = 0.10  # a train job's GPU must keep this much of its memory fre
 
 
 @dataclass(frozen=True)
-class Rates:
+class Rates(Checked):
     """The stated assumptions for one model (``plan`` section, ``plan.models.<name>`` overriding)."""
 
-    completion_fraction: float = 0.5
-    prompt_tokens: int | None = None  # None: max_prompt_length (untrimmed prompts: an upper bound)
-    forward_backward_tokens_per_s_per_gpu: float = 5000.0
-    rollout_tokens_per_s_per_gpu: float = 2000.0
-    generate_tokens_per_s_per_gpu: float = 5000.0
-    parameters: float | None = None  # the model's parameter count: disk and host memory (unknown: not estimated)
-    shape: dict | None = setting(
+    config_name = "plan"
+
+    completion_fraction: float = setting(0.5, "expected completion length as a fraction of the maximum",
+                                         exclusive_minimum=0, maximum=1)
+    prompt_tokens: int | None = setting(
+        None, "expected prompt width of a micro-batch (null: max_prompt_length, an upper bound)", minimum=1)
+    forward_backward_tokens_per_s_per_gpu: float = setting(
+        5000.0, "padded tokens per second per GPU through forward + backward (bench/gpu_smoke.sh's probe-7b "
+        "tokens_per_s)", exclusive_minimum=0)
+    rollout_tokens_per_s_per_gpu: float = setting(2000.0, "tokens sampled per second per GPU in train jobs",
+                                                  exclusive_minimum=0)
+    generate_tokens_per_s_per_gpu: float = setting(5000.0, "tokens sampled per second per GPU in evaluation jobs",
+                                                   exclusive_minimum=0)
+    parameters: float | None = setting(
+        None, "the model's parameter count: checkpoint disk and train host memory (null: its shape's count, "
+        "else not estimated)", exclusive_minimum=0)
+    shape: ModelShape | None = setting(
         None, "the model's shape, config.json's fields (balagg.train.memory.ModelShape): per-GPU memory of its "
         "train and evaluation jobs; its parameter count is the default of parameters")
     write_bytes_per_s: float = setting(
@@ -245,41 +255,19 @@ class Line:
 
 
 def model_rates(config: dict, model: str) -> Rates:
+    """The ``plan`` section's rates with ``plan.models.<model>``'s over them (their bounds: :class:`Rates`)."""
     plan = config.get("plan", {})
     known = {f.name for f in fields(Rates)}
-    unknown = sorted(set(plan.get("models", {})) - set(config["models"]))
-    if unknown:
-        raise ValueError(f"plan.models names models that are not in the config: {unknown}")
     values = {k: v for k, v in plan.items() if k in known} | plan.get("models", {}).get(model, {})
-    rates = Rates(**values)
-    if not 0 < rates.completion_fraction <= 1:
-        raise ValueError(f"plan: completion_fraction of {model} must be in (0, 1], got {rates.completion_fraction}")
-    speeds = (rates.forward_backward_tokens_per_s_per_gpu, rates.rollout_tokens_per_s_per_gpu,
-              rates.generate_tokens_per_s_per_gpu)
-    if min(speeds) <= 0:
-        raise ValueError(f"plan: tokens per second of {model} must be positive")
-    if rates.parameters is not None and rates.parameters <= 0:
-        raise ValueError(f"plan: parameters of {model} must be positive, got {rates.parameters}")
-    if rates.write_bytes_per_s <= 0:
-        raise ValueError(f"plan: write_bytes_per_s of {model} must be positive, got {rates.write_bytes_per_s}")
-    shape = model_shape(rates, model)
-    if shape is not None:
+    rates = from_mapping(Rates, values, f"plan.models.{model}")
+    if rates.shape is not None:
+        shape = rates.shape
         if rates.parameters is None:
             rates = replace(rates, parameters=shape.parameters)
         elif abs(rates.parameters - shape.parameters) > SHAPE_TOLERANCE * shape.parameters:
             raise ValueError(f"plan: parameters of {model} ({rates.parameters:,.0f}) differ from its shape's "
                              f"({shape.parameters:,}); correct one of them")
     return rates
-
-
-def model_shape(rates: Rates, model: str) -> ModelShape | None:
-    """The model's :class:`~balagg.train.memory.ModelShape` from ``plan.models.<model>.shape`` (None: not given)."""
-    if rates.shape is None:
-        return None
-    try:
-        return ModelShape.from_dict(rates.shape)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"plan.models.{model}.shape: {error}") from None
 
 
 def bench_problems(config: dict, model: str | None = None) -> dict[str, int]:
@@ -318,9 +306,9 @@ def per_checkpoint_eval_tokens(config: dict, model: str, rates: Rates) -> float:
     return n * sum(bench_problems(config, model).values()) * rates.completion_fraction * eval_max
 
 
-def model_figures(config: dict, model: str, grid: Grid | None = None) -> ModelFigures:
-    """The per-model quantities of the module docstring (``grid``: the config's, if already built)."""
-    grid = grid or Grid(config)
+def model_figures(grid: Grid, model: str) -> ModelFigures:
+    """The per-model quantities of the module docstring."""
+    config = grid.config
     rates = model_rates(config, model)
     train = grid.full_train_settings(model)
     if rates.prompt_tokens is None:
@@ -374,7 +362,7 @@ def gpu_memory(config: dict, grid: Grid, model: str, rates: Rates, train: dict) 
     evaluation jobs; a note says why where they are not estimated."""
     from balagg.evaluation.generation.requests import GenerationConfig
 
-    shape = model_shape(rates, model)
+    shape = rates.shape
     gpus = grid.resource(model, "train_resources", "gpus")
     if shape is None:
         return {"memory_note": f"not estimated (set plan.models.{model}.shape)"}
@@ -405,12 +393,14 @@ def gpu_memory(config: dict, grid: Grid, model: str, rates: Rates, train: dict) 
     return figures
 
 
-def plan_lines(config: dict) -> tuple[list[Line], Line]:
-    """Per-cell and per-model-initial lines, and the total (module docstring)."""
-    grid = Grid(config)
+def plan_lines(campaign) -> tuple[list[Line], Line]:
+    """Per-cell and per-model-initial lines, and the total (module docstring), of a loaded campaign
+    (:func:`balagg.campaign.load`)."""
+    grid = Grid(campaign)
+    config = grid.config
     lines = []
     for model in grid.models:
-        figures = model_figures(config, model, grid)
+        figures = model_figures(grid, model)
         rates, train = figures.rates, grid.full_train_settings(model)
         train_gpus = grid.resource(model, "train_resources", "gpus")
         generate_gpus = grid.resource(model, "generate_resources", "gpus")
@@ -574,10 +564,13 @@ def _model_notes(figures: ModelFigures) -> list[str]:
     return notes
 
 
-def format_plan(config: dict) -> str:
-    """The plan as a text table with its assumptions (what ``python -m balagg plan`` prints)."""
-    lines, total = plan_lines(config)
-    every_model = [model_figures(config, model) for model in config["models"]]
+def format_plan(campaign) -> str:
+    """The plan of a loaded campaign as a text table with its assumptions (what ``python -m balagg plan``
+    prints)."""
+    lines, total = plan_lines(campaign)
+    grid = Grid(campaign)
+    config = grid.config
+    every_model = [model_figures(grid, model) for model in config["models"]]
     width = max(len(line.name) for line in [*lines, total])
     header = (f"{'cell':<{width}}  {'jobs (train/gen/score)':>22}  {'GPUs train/gen':>14}  "
               f"{'train tokens gen/padded':>23}  {'eval tokens':>11}  {'train GPU-h':>11}  {'eval GPU-h':>10}  "

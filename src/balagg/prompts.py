@@ -58,6 +58,10 @@ ANSWER_FORMATS = ("boxed", "boxed-strict", "answer-line")
 DEFAULT_ANSWER_FORMAT = "boxed"
 """The answer format of a model whose config names none (training, generation, scoring, the tiny-world card)."""
 
+DEFAULT_CHAT_TEMPLATE = False
+"""Whether prompts are wrapped in the tokenizer's chat template when a model's config does not say
+(``chat_template``: a model's setting, the cell config's and ``generate``'s, each defaulting to this)."""
+
 CODE_TEMPLATE = (
     "You will be given a question (problem specification) and will generate a correct Python program "
     "that matches the specification and passes all tests.\n\nQuestion: {problem}\n\n{code_instructions}"

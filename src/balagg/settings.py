@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from balagg.config_schema import setting
+from balagg.config_schema import Checked, setting
 from balagg.benchmarks import PAPER_SAMPLES
 
 DEFAULT_VERIFIER = "balagg.evaluation.verify.math_verifier:verify_math"
@@ -15,19 +15,24 @@ DEFAULT_VERIFIER = "balagg.evaluation.verify.math_verifier:verify_math"
 
 
 @dataclass(frozen=True)
-class VerifierDefaults:
+class VerifierDefaults(Checked):
     """Math verification (evaluation and the training reward) and code tests (evaluation)."""
 
+    config_name = "verifier"
+
     verifier: str = setting(DEFAULT_VERIFIER, "module:function of the math verifier")
-    workers: int = setting(2, "verifier processes / concurrent sandboxes")
-    math_timeout_s: float = setting(10.0, "per sample: past it, the sample scores 0 and is counted")
-    # 6, not 6.0: the workflow's score commands pass the eval section's value on as written (--code-timeout 6)
-    code_timeout_s: float = setting(6, "wall-clock seconds per code test")
+    workers: int = setting(2, "verifier processes / concurrent sandboxes", minimum=1)
+    math_timeout_s: float = setting(10.0, "per sample: past it, the sample scores 0 and is counted",
+                                    exclusive_minimum=0)
+    # 6, not 6.0: the workflow's score commands pass the eval section's value on as written (--code-timeout-s 6)
+    code_timeout_s: float = setting(6, "wall-clock seconds per code test", exclusive_minimum=0)
 
 
 @dataclass(frozen=True)
-class EvalDefaults:
+class EvalDefaults(Checked):
     """The workflow's ``eval`` section: sampling of ``generate`` and the code timeout of ``score``."""
+
+    config_name = "eval"
 
     n: int = setting(PAPER_SAMPLES, "samples per problem; Table 1 and Figure 1 report Acc@8 and Best@8",
                      const=PAPER_SAMPLES)
@@ -44,8 +49,10 @@ class EvalDefaults:
 
 
 @dataclass(frozen=True)
-class TinyWorldDefaults:
+class TinyWorldDefaults(Checked):
     """The workflow's ``tinyworld`` section (``tinyworld data`` and ``tinyworld model``)."""
+
+    config_name = "tinyworld"
 
     seed: int = setting(0, minimum=0)
     train_problems: int = setting(2000, minimum=8)
@@ -59,8 +66,10 @@ class TinyWorldDefaults:
 
 
 @dataclass(frozen=True)
-class AnalysisDefaults:
+class AnalysisDefaults(Checked):
     """The workflow's ``analysis`` section (the scripts in analysis/)."""
+
+    config_name = "analysis"
 
     figure2_model: str | None = setting(None, "model of Figure 2 (default the first model)")
     paper_values: str | None = setting(
@@ -72,8 +81,10 @@ class AnalysisDefaults:
 
 
 @dataclass(frozen=True)
-class DataDefaults:
+class DataDefaults(Checked):
     """The workflow's ``data`` section (``prepare-data``)."""
+
+    config_name = "data"
 
     on_bad_row: str = setting("skip", "malformed source rows are counted and skipped, or stop the run",
                               choices=("skip", "fail"))

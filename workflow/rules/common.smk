@@ -1,4 +1,4 @@
-"""The campaign's grid (balagg.grid, derived from the validated config) turned into what the rules need:
+"""The campaign config loaded (balagg.campaign) and its grid (balagg.grid) turned into what the rules need:
 path patterns, input functions that look a job's wildcards up in the grid, and the checks that stop the
 workflow before any job runs. `snakemake -n` shows every job of the grid (every checkpoint step) up front.
 """
@@ -17,6 +17,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 # the workflow imports this checkout's balagg too, as its jobs do (job_environment below)
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
 
+from balagg import campaign as campaigns
 from balagg import checkpoints as externals, layout, prompts
 from balagg.grid import Cell, DataFile, Grid
 from balagg.grid import arguments, checks, environment, targets
@@ -24,8 +25,17 @@ from balagg.hub import is_hub_id
 from balagg.io import write_json
 from balagg.train.launch import check_accelerate_config, conda_env_packages
 
-config.setdefault("checkpoints", {})  # the schema's default, also where a Snakefile includes this unvalidated
-GRID = Grid(config)
+# The config as Snakemake merged it (its files, then --config), loaded as everything else loads a campaign:
+# validated, every default filled in, rule names canonical; a problem is one line naming the file that
+# holds the key. The rules read the completed mapping as `config`, the typed campaign as GRID.campaign.
+try:
+    GRID = Grid(campaigns.resolve(config, [
+        *((str(path), campaigns.read_yaml(path)) for path in workflow.overwrite_configfiles or workflow.configfiles),
+        *([("--config", dict(workflow.config_settings.config))] if workflow.config_settings.config else []),
+    ]))
+except ValueError as error:
+    raise WorkflowError(str(error)) from None
+config.update(GRID.config)
 CAMPAIGN = GRID.name
 RESULTS = GRID.results
 CELL = os.path.join(RESULTS, layout.CELL_PATTERN)
@@ -36,7 +46,7 @@ INITIAL = layout.INITIAL_RUN
 # An external checkpoint's evaluation (config `checkpoints:`): results/{campaign}/{name}/external/.
 EXTERNAL = layout.EXTERNAL_RUN
 CURVE = targets.CURVE  # relative to a cell folder
-CELL_RUN_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*/[a-z-]+/seed\d+"
+CELL_RUN_PATTERN = layout.pattern_regex(layout.CELL_PATTERN.removeprefix("{model}/"), named=False)  # dataset/rule/seedN
 RUN_PATTERN = rf"{INITIAL}|{EXTERNAL}|{CELL_RUN_PATTERN}"
 CURVE_RUNS = rf"{EXTERNAL}|{CELL_RUN_PATTERN}"  # what has a curve: a cell, an external checkpoint
 BENCHMARKS = GRID.benchmarks
@@ -169,9 +179,6 @@ def bench_dir(wildcards, input):
     return os.path.dirname(input.benchmarks[0])
 
 
-if not config["aggregators"] and not config["checkpoints"]:
-    raise WorkflowError("config: nothing to run: give aggregators (a grid to train, with models and datasets) "
-                        "or checkpoints (to evaluate without training)")
 if error := GRID.benchmark_folder_error():
     raise WorkflowError(error)
 try:

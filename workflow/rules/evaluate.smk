@@ -17,9 +17,8 @@ rule generate:
         checkpoint=checkpoint_path,
         bench_dir=bench_dir,
         benchmarks=",".join(BENCHMARKS),
-        sampling=arguments.generation_args(config["eval"]),
+        settings=lambda wildcards: arguments.generate_args(GRID, wildcards.model),
         out=output_dir,
-        prompt=lambda wildcards: arguments.prompt_args(GRID.model_spec(wildcards.model)),
     log:
         f"{EVAL_RUN}/logs/generate-{{step}}.log",
     benchmark:
@@ -34,7 +33,7 @@ rule generate:
         "../../envs/gpu.yaml"
     shell:
         "python -m balagg generate --checkpoint {params.checkpoint} --benchmarks-dir {params.bench_dir}"
-        " --benchmarks {params.benchmarks} {params.sampling} {params.prompt} --out {params.out} > {log} 2>&1"
+        " --benchmarks {params.benchmarks} {params.settings} --out {params.out} > {log} 2>&1"
 
 
 rule score:
@@ -47,8 +46,7 @@ rule score:
         summary=f"{EVAL_STEP}/{layout.SUMMARY_FILE}",
     params:
         bench_dir=bench_dir,
-        code_timeout=config["eval"]["code_timeout_s"],
-        strict_golds="--strict-golds" if config["eval"]["strict_golds"] else "",
+        settings=arguments.score_args(GRID),
         out=output_dir,
     log:
         f"{EVAL_RUN}/logs/score-{{step}}.log",
@@ -63,8 +61,8 @@ rule score:
         "../../envs/cpu.yaml"
     shell:
         "python -m balagg score --generations {input.generations} --benchmarks-dir {params.bench_dir}"
-        " --step {wildcards.step} --code-timeout {params.code_timeout} {params.strict_golds}"
-        " --workers {resources.cpus_per_task} --out {params.out} > {log} 2>&1"
+        " --step {wildcards.step} {params.settings} --workers {resources.cpus_per_task}"
+        " --out {params.out} > {log} 2>&1"
 
 
 rule collect_curve:

@@ -13,4 +13,4 @@ rule plan:
         from balagg.io import atomic_write_text
         from balagg.plan import format_plan
 
-        atomic_write_text(output[0], format_plan(config) + "\n")
+        atomic_write_text(output[0], format_plan(GRID.campaign) + "\n")

@@ -30,13 +30,13 @@ from balagg.evaluation.scoring.metrics import summary_rows
 from balagg.io import read_jsonl_lines
 from balagg.layout import (
     CAMPAIGN_DIRS,
+    CELL_PATTERN,
     Cell,
     CHECKPOINTS_DIR,
     CURVE_FILE,
     EVAL_DIR,
     MANIFEST_FILE,
     METRICS_FILE,
-    SEED_DIR,
     SUMMARY_FILE,
     TRAIN_DIR,
     parse_step_dirname,
@@ -160,25 +160,24 @@ def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
 
 
 def cell_from_path(campaign_dir: Path, path: Path) -> Cell:
-    """The cell a path belongs to: ``{model}/{dataset}/{aggregator}/seed{N}`` right under the campaign."""
+    """The cell a path belongs to: the grid's cell whose folder (:data:`balagg.layout.CELL_PATTERN`, read back
+    by :meth:`Cell.parse`) holds it, right under the campaign folder."""
     try:
         parts = Path(path).resolve().relative_to(Path(campaign_dir).resolve()).parts
     except ValueError:
         raise ValueError(f"{path} is not inside campaign folder {campaign_dir}") from None
-    match = SEED_DIR.match(parts[3]) if len(parts) >= 4 else None
-    if not match:
-        raise ValueError(f"{path} is not inside a cell folder {{model}}/{{dataset}}/{{aggregator}}/seed{{N}} "
-                         f"of {campaign_dir}")
-    return Cell(parts[0], parts[1], parts[2], int(match.group(1)))
+    cell = Cell.parse("/".join(parts[:4])) if len(parts) >= 4 and parts[0] not in CAMPAIGN_DIRS else None
+    if cell is None:
+        raise ValueError(f"{path} is not inside a cell folder {CELL_PATTERN} of {campaign_dir}")
+    return cell
 
 
 def discover_cells(campaign_dir: Path) -> list[Cell]:
-    """Every ``{model}/{dataset}/{aggregator}/seed{N}`` folder under ``campaign_dir``."""
-    keys = []
-    for seed_dir in Path(campaign_dir).glob("*/*/*/seed*"):
-        if seed_dir.is_dir() and SEED_DIR.match(seed_dir.name) and seed_dir.parts[-4] not in CAMPAIGN_DIRS:
-            keys.append(cell_from_path(campaign_dir, seed_dir))
-    return sorted(keys)
+    """Every cell folder (:data:`balagg.layout.CELL_PATTERN`) under ``campaign_dir``."""
+    root = Path(campaign_dir)
+    found = (Cell.parse(folder.relative_to(root).as_posix()) for folder in root.glob("*/*/*/*")
+             if folder.is_dir() and folder.parts[-4] not in CAMPAIGN_DIRS)
+    return sorted(cell for cell in found if cell is not None)
 
 
 def _step_dirs(folder: Path) -> dict[int, Path]:
@@ -333,7 +332,7 @@ def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None =
         grid = sorted(Cell(m, d, a, s) for m in {k.model for k in found} for d in {k.dataset for k in found}
                       for a in {k.aggregator for k in found} for s in {k.seed for k in found})
     if not found:
-        raise ValueError(f"no cell folders {{model}}/{{dataset}}/{{aggregator}}/seed{{N}} under {root}")
+        raise ValueError(f"no cell folders {CELL_PATTERN} under {root}")
 
     problems: list[Problem] = [Problem("missing-cell", "no cell folder", key) for key in grid if key not in set(found)]
     scanned = {key: _scan_cell(key, root / key.relpath, problems) for key in found}

@@ -16,7 +16,7 @@ ours:
     else                                        -> no prediction (neither bias is strong)
 
 Measured values: per cell the mean over logged steps of ``train/metrics.jsonl``, then the mean over all
-cells of the setting (every aggregator and seed). "Did better": the higher six-benchmark mean Acc@8 of
+cells of the setting (every aggregator and seed). "Did better": the higher benchmark-mean Acc@8 of
 Table 1, on peak and on last step; "mixed" when the two disagree. Whether the last-step difference
 (token-agg - seq-agg) is larger than its error: the paired test over problems and seeds of
 balagg.analysis.comparison. Writes ``diagnosis.md`` and ``diagnosis.csv``.
@@ -33,6 +33,7 @@ from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.comparison import comparison_table, pair_result
 from balagg.analysis.seed_means import ACC, last_column, peak_column
 from balagg.analysis.campaign import Campaign
+from balagg.benchmarks import mean_label
 
 TOKEN, SEQ = "token-agg", "seq-agg"
 LENGTH_METRICS = ("len_cv", "len_gap", "len_mean")
@@ -124,7 +125,7 @@ def to_markdown(diagnosis: pd.DataFrame, stats: pd.DataFrame, campaign: Campaign
                 gap_threshold: float) -> str:
     lines = [f"# Length diagnosis: {campaign.name}", "",
              "Which of token and sequence aggregation the paper's analysis predicts to do better, from the "
-             "measured response lengths, and which did (six-benchmark mean Acc@8, Table 1).", "",
+             f"measured response lengths, and which did ({mean_label(campaign.benchmarks)} mean Acc@8, Table 1).", "",
              "Rule and thresholds (ours; the paper states the direction of each effect, not numbers): "
              f"relative pos-neg gap |len_gap| / len_mean >= {gap_threshold} -> seq-agg (token-agg's "
              f"sign-length coupling); otherwise length CV >= {cv_threshold} -> token-agg (seq-agg "

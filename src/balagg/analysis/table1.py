@@ -1,5 +1,5 @@
-"""Table 1: peak and last-step Acc@8 / Best@8 / Best@8 (bootstrap, verl's) (six-benchmark means) per
-dataset x model x aggregator.
+"""Table 1: peak and last-step Acc@8 / Best@8 / Best@8 (bootstrap, verl's) (means over the campaign's
+benchmarks) per dataset x model x aggregator.
 
     python analysis/table1.py --campaign-dir results/X --out results/X/analysis \
         [--paper-values analysis/paper_values.csv]
@@ -40,7 +40,9 @@ from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.campaign import METRICS
 from balagg.analysis.seed_means import last_column, peak_column
 from balagg.analysis.uncertainty import add_standard_errors
+from balagg.benchmarks import BENCHMARKS, benchmark_order, mean_label
 from balagg.analysis.campaign import Campaign
+from balagg.checkpoints import CHECKPOINT_DATASET, EVALUATED_ONLY
 
 # best@8: any of the 8 samples correct; best@8 (bootstrap): verl's best@8/mean, which the paper most
 # likely reports (docs/files.md, summary.json)
@@ -96,7 +98,7 @@ def compare_with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame
 
 def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
                 checkpoints: list[Path] = ()) -> pd.DataFrame:
-    """Our rows (:func:`~balagg.analysis.seed_means.peak_and_last` of the six-benchmark mean; each row's peak
+    """Our rows (:func:`~balagg.analysis.seed_means.peak_and_last` of the benchmark mean; each row's peak
     and last step are computed by :func:`~balagg.analysis.seed_means.peak_and_last_of_group`), with ``paper_<metric>``,
     ``paper_<metric>_source`` and ``diff_<metric>`` (ours - paper) beside each metric when ``paper`` is
     given (NaN where the paper has no value). ``checkpoints``: rows of external checkpoints after the grid's
@@ -107,6 +109,7 @@ def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
     if not parts:
         raise ValueError("Table 1 needs cells or checkpoints")
     table = (pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]).drop(columns="benchmark")
+    table.attrs["benchmarks"] = tuple(campaign.benchmarks) if campaign is not None else _curve_benchmarks(checkpoints)
     if paper is None:
         return table
     published = paper.assign(key=_keys(paper))
@@ -119,7 +122,22 @@ def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
     return table
 
 
-from balagg.checkpoints import CHECKPOINT_DATASET, EVALUATED_ONLY  # noqa: E402 - beside their use
+def _curve_benchmarks(records: list[Path]) -> tuple[str, ...]:
+    """The benchmarks of the external checkpoints' curves (beside their checkpoint.json)."""
+    from balagg.analysis.campaign import read_curve
+    from balagg.layout import CURVE_FILE, EVAL_DIR
+
+    names = set()
+    for record in records:
+        curve = Path(record).parent / EVAL_DIR / CURVE_FILE
+        if curve.is_file():
+            names |= {row["benchmark"] for row in read_curve(curve)}
+    return benchmark_order(names)
+
+
+def _means(table: pd.DataFrame) -> str:
+    """``Six-benchmark means`` (the mean over the table's benchmarks: :func:`balagg.benchmarks.mean_label`)."""
+    return mean_label(table.attrs.get("benchmarks", BENCHMARKS)).capitalize() + " means"
 
 
 def checkpoint_row(record_path: Path) -> dict:
@@ -258,7 +276,7 @@ def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFram
     only = _checkpoints_only(table)
     keys = "| Checkpoint | Origin | " if only else "| Dataset | Model | Aggregator | "
     lines = [f"# Table 1: {campaign_name}", "",
-             "Six-benchmark means. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
+             f"{_means(table)}. Peak: maximum over evaluated checkpoints after step 0 (step in table1.csv); "
              "last: final step. Mean ± sample std over seeds where there are several; (SE): standard error over "
              "problems at that step (balagg.analysis.uncertainty; the peak's is not corrected for choosing the maximum). "
              f"Bold: best per (dataset, model){'; external checkpoints compare among themselves' if external else ''}. "
@@ -286,7 +304,8 @@ def to_markdown(table: pd.DataFrame, campaign_name: str, comparison: pd.DataFram
         lines += ["", "Benchmark files:", ""] + [f"- {note}" for note in file_notes]
     if comparison is not None:
         lines += ["", "## Against the paper", "",
-                  "Ours − paper, six-benchmark means. Source `paper`: the paper's Table 1; `digest-unconfirmed`: "
+                  f"Ours − paper: ours {_means(table).lower()}, the paper's its Table 1's. Source `paper`: the "
+                  "paper's Table 1; `digest-unconfirmed`: "
                   "a third-party digest of the paper, not confirmed. Names match ignoring case and punctuation.",
                   "", "| Dataset | Model | Aggregator | Metric | Paper | Source | Ours | Ours − paper |",
                   "|---|---|---|---|---:|---|---:|---:|"]

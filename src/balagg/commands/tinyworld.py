@@ -129,10 +129,10 @@ def run_card(args: argparse.Namespace) -> int:
 
 
 def run_hub_cache(args: argparse.Namespace) -> int:
-    from balagg.configfiles import merged_config
+    from balagg.campaign import load
     from balagg.tinyworld.hubcache import campaign_repos, fill_hub_cache
 
-    models, datasets = campaign_repos(merged_config(args.configfile))
+    models, datasets = campaign_repos(load(args.configfile).config)
     commits = fill_hub_cache(args.hf_home, models, datasets, seed=args.seed, train_problems=args.train_problems,
                              bench_problems=args.bench_problems)
     for repo_id, commit in commits.items():

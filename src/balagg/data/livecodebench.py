@@ -24,6 +24,9 @@ from balagg.data.fields import BadRow, text_field
 DEFAULT_WINDOW: tuple[str, str] = ("2024-08-01", "2025-02-01")
 """Contest dates kept by default, both ends inclusive (279 problems: the DeepCoder / "LCB v5" window)."""
 
+SYNTHETIC_FIRST_DATE = dt.datetime(2024, 8, 1)
+"""The tiny world's contest dates start here and stay inside :data:`DEFAULT_WINDOW` (:func:`raw_row`)."""
+
 TEST_TYPES = ("functional", "stdin")
 
 
@@ -126,4 +129,31 @@ def normalise_row(row: dict, window: tuple[str, str] = DEFAULT_WINDOW) -> dict |
         "difficulty": row.get("difficulty") or "",
         "contest_date": parse_date(row.get("contest_date")).date().isoformat(),
         "source_id": question_id,
+    }
+
+
+def encode_private_tests(tests: list[dict]) -> str:
+    """LiveCodeBench's encoding of private tests: base64(zlib(pickle(json string))), which
+    :func:`decode_test_cases` reads."""
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode("ascii")
+
+
+def raw_row(problem, index: int, rng) -> dict:
+    """A synthetic code problem of the tiny world (:class:`balagg.tinyworld.tasks.CodeProblem`) as a row of
+    the parquet copy: question_title, question_content, platform, question_id, contest_id, contest_date,
+    starter_code, difficulty, public_test_cases (JSON), private_test_cases (encoded), metadata (JSON with
+    func_name for call-based problems). Its six test inputs are drawn from ``rng``."""
+    xs = rng.sample(range(-20, 21), 6)
+    return {
+        "question_title": f"Chain {index}",
+        "question_content": problem.question,
+        "platform": "leetcode" if problem.call_based else "atcoder",
+        "question_id": f"tw{index:04d}",
+        "contest_id": f"tinyworld-{index // 4:03d}",
+        "contest_date": (SYNTHETIC_FIRST_DATE + dt.timedelta(days=1 + index % 180)).isoformat(),
+        "starter_code": problem.starter_code,
+        "difficulty": "easy",
+        "public_test_cases": json.dumps([problem.test(x) for x in xs[:2]]),
+        "private_test_cases": encode_private_tests([problem.test(x) for x in xs[2:]]),
+        "metadata": json.dumps({"func_name": "calc"} if problem.call_based else {}),
     }

@@ -1,11 +1,18 @@
-"""Row normalisers: one function per source schema, ``row -> record`` (without ``id``/``benchmark``).
+"""Row functions, a pair per source schema (balagg.data.sources names each source's pair):
 
-Each raises :class:`~balagg.data.fields.BadRow` with a reason for a malformed row and may return None
-for a row the source's filter drops (LiveCodeBench's date window). Records follow docs/files.md;
-``source_id`` keeps the source's own id where it has one.
+- normalisers, ``row -> record`` (without ``id``/``benchmark``): each raises
+  :class:`~balagg.data.fields.BadRow` with a reason for a malformed row and may return None for a row the
+  source's filter drops (LiveCodeBench's date window). Records follow docs/files.md; ``source_id`` keeps
+  the source's own id where it has one;
+- raw-row writers, ``(problem, index, rng) -> row``: a synthetic problem of the tiny world
+  (:mod:`balagg.tinyworld.raw`; its ``text``, integer ``answer``, worked ``solution`` and ``n_steps``)
+  as one row of the source's raw schema, which the normaliser reads back. ``rng`` is the dataset's own
+  stream, after its problems were drawn.
 """
 
 from __future__ import annotations
+
+import uuid
 
 from balagg.data.fields import BadRow, answer_text, last_boxed, text_field
 from balagg.prompts import DAPO_TEMPLATE
@@ -99,3 +106,50 @@ def dapo(row: dict) -> dict:
     if isinstance(extra, dict) and extra.get("index") is not None:
         record["source_id"] = extra["index"]
     return record
+
+
+# ---- raw rows of synthetic problems (the tiny world's copies) -------------------------------------------
+
+def raw_math500(problem, index: int, rng) -> dict:
+    """MATH-500: problem, solution, answer, subject, level (1-5), unique_id."""
+    return {"problem": problem.text, "solution": problem.solution, "answer": str(problem.answer),
+            "subject": "Prealgebra", "level": problem.n_steps, "unique_id": f"test/prealgebra/{index}.json"}
+
+
+def raw_aime(name: str, year: str):
+    """The raw-row writer of an AIME copy ``name`` (HuggingFaceH4/aime_2024's schema: id, problem, solution,
+    answer, url, year)."""
+    def raw_row(problem, index: int, rng) -> dict:
+        return {"id": index, "problem": problem.text, "solution": problem.solution, "answer": str(problem.answer),
+                "url": f"https://example.invalid/tinyworld/{name}/{index}", "year": year}
+    return raw_row
+
+
+def raw_olympiadbench(problem, index: int, rng) -> dict:
+    """OlympiadBench OE_TO_maths_en_COMP: id, question, solution (list), final_answer (list of str),
+    context, image_1..5, is_multiple_answer, unit, answer_type, subfield, subject, language, error,
+    question_type."""
+    return {"id": 1000 + index, "question": problem.text, "solution": [problem.solution],
+            "final_answer": [str(problem.answer)], "context": None, **{f"image_{k}": None for k in range(1, 6)},
+            "is_multiple_answer": False, "unit": None, "answer_type": "Numerical", "subfield": "Algebra",
+            "subject": "Math", "language": "English", "error": None, "question_type": "Open-ended"}
+
+
+def raw_minerva(problem, index: int, rng) -> dict:
+    """Minerva-MATH: problem, solution (gold = its last ``\\boxed{}``), type, idx."""
+    return {"problem": problem.text, "solution": problem.solution, "type": "Arithmetic", "idx": index}
+
+
+def raw_dapo(problem, index: int, rng) -> dict:
+    """DAPO-Math-17k: data_source, prompt (one user message with DAPO's wrapper), ability, reward_model
+    {ground_truth, style}, extra_info {index} (a uuid from ``rng``)."""
+    return {"data_source": "math_dapo",
+            "prompt": [{"content": DAPO_PREFIX + problem.text + DAPO_SUFFIX, "role": "user"}],
+            "ability": "MATH", "reward_model": {"ground_truth": str(problem.answer), "style": "rule-lighteval/MATH_v2"},
+            "extra_info": {"index": str(uuid.UUID(int=rng.getrandbits(128), version=4))}}
+
+
+def raw_polaris(problem, index: int, rng) -> dict:
+    """Polaris-Dataset-53K: problem, answer, difficulty (a pass rate ``k/8``: nominal here, one fewer of 8
+    per step of the chain)."""
+    return {"problem": problem.text, "answer": str(problem.answer), "difficulty": f"{8 - problem.n_steps}/8"}

@@ -1,32 +1,25 @@
-"""The command-line arguments that a campaign's evaluation jobs take from the config."""
+"""The command-line arguments that a campaign's jobs take from the config."""
 
 from __future__ import annotations
 
-import shlex
-
-from balagg.grid.campaign import CELL_MODEL_KEYS
-
-PROMPT_KEYS = ("math_template", "code_template", *CELL_MODEL_KEYS)
-"""Model keys that shape the evaluation's prompts and context exactly as the training's (the cell config)."""
+from balagg.config_flags import config_flags
+from balagg.grid.campaign import Grid
 
 
-def prompt_args(spec: dict) -> str:
-    """How evaluation prompts are built for a model (its config entry ``spec``): chat template or plain, its
-    templates, the answer format the template asks for, the chat template's enable_thinking and the
-    context override."""
-    args = ["--prompt-style", "chat" if spec.get("chat_template") else "plain"]
-    for key in PROMPT_KEYS:
-        if key in spec:
-            value = spec[key]
-            args += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
-    return " ".join(shlex.quote(arg) for arg in args)
+def generate_args(grid: Grid, model: str) -> str:
+    """The settings flags of ``model``'s generate jobs (:meth:`Grid.generation_settings`), written from
+    :class:`GenerationConfig` as ``generate`` reads them."""
+    from balagg.evaluation.generation.requests import GenerationConfig
+
+    return config_flags(GenerationConfig, grid.generation_settings(model))
 
 
-def generation_args(evaluation: dict) -> str:
-    """Sampling settings of the eval section as command-line flags."""
-    e = evaluation
-    return (f"--n {e['n']} --temperature {e['temperature']} --top-p {e['top_p']} --max-tokens {e['max_tokens']}"
-            f" --seed {e['seed']} --batch-size {e['batch_size']}")
+def score_args(grid: Grid) -> str:
+    """The settings flags of every score job (:meth:`Grid.score_settings`), written from :class:`ScoreConfig`
+    as ``score`` reads them."""
+    from balagg.evaluation.scoring.config import ScoreConfig
+
+    return config_flags(ScoreConfig, grid.score_settings())
 
 
 def data_selector(kind: str, name: str, loader: str) -> str:

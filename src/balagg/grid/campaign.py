@@ -1,9 +1,9 @@
-"""A campaign as the workflow runs it, derived from its validated config alone: the grid's cells, each
-cell's resolved training config, the checkpoint steps, the data files the jobs prepare and read, and what
-each job of a model asks the scheduler for.
+"""A campaign as the workflow runs it, derived from its loaded config alone: the grid's cells, each cell's
+resolved training config, the checkpoint steps, the data files the jobs prepare and read, and what each job
+of a model asks the scheduler for.
 
-The config is the merged ``--configfile`` files validated against ``workflow/schemas/config.schema.yaml``
-with its defaults filled in (as the Snakefile and ``balagg.commands.plan.load_config`` do).
+The config is a :class:`balagg.campaign.Campaign` (:func:`balagg.campaign.load`: validated, every default
+filled in, rule names canonical), as the Snakefile, ``balagg plan`` and the tests load it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from balagg.grid.resources import resource
 from balagg.layout import Cell
 from balagg.train.config import CellConfig
 
-CELL_MODEL_KEYS = ("answer_format", "enable_thinking", "max_position_embeddings")
-"""Model keys that a cell config takes as they are (the evaluation's prompts take them too: arguments.py)."""
+def _settings_of(config_class: type, *sections: dict) -> dict:
+    """The keys of ``sections`` (later ones winning) that are fields of ``config_class`` and are set (not
+    None): a job's settings taken from the config as they are, by name."""
+    names = {field.name for field in fields(config_class)}
+    return {key: value for section in sections for key, value in section.items() if key in names and value is not None}
 
 
 @dataclass(frozen=True, order=True)
@@ -38,10 +41,14 @@ class DataFile:
 
 
 class Grid:
-    """The campaign of a validated config (module docstring); every method derives from ``config`` only."""
+    """The campaign of a loaded config (module docstring); every method derives from it only."""
 
-    def __init__(self, config: dict):
-        self.config = config
+    def __init__(self, campaign):
+        if not hasattr(campaign, "config"):
+            raise TypeError("Grid takes a loaded campaign (balagg.campaign.load or resolve), not "
+                            f"a {type(campaign).__name__}")
+        self.campaign = campaign
+        self.config = config = campaign.config
         self.name: str = config["campaign"]
         self.results: str = layout.campaign_dir(self.name)
         self.models: dict = config["models"]
@@ -98,7 +105,7 @@ class Grid:
     def train_settings(self, model: str) -> dict:
         """The train section with the model's own overrides applied (what the config sets, no defaults).
         The schema types both sections alike and neither may hold a key that names the cell."""
-        return {**self.config["train"], **self.models[model].get("train", {})}
+        return {**(self.config.get("train") or {}), **(self.models[model].get("train") or {})}
 
     def full_train_settings(self, model: str) -> dict:
         """:meth:`train_settings` over every default of CellConfig."""
@@ -107,7 +114,7 @@ class Grid:
 
     def checkpoint_steps(self, model: str) -> list[int]:
         """Steps with a weights-only checkpoint (0, every eval_every, the last), as the trainer saves them."""
-        settings = self.train_settings(model)
+        settings = self.full_train_settings(model)
         return CellConfig.checkpoint_steps_of(settings["total_steps"], settings["eval_every"])
 
     def tracking_uri(self) -> str:
@@ -130,8 +137,7 @@ class Grid:
             "train_files": [self.data_path(cell.model, "train", cell.dataset)],
             "aggregator": cell.aggregator,
             "seed": int(cell.seed),
-            "use_chat_template": spec.get("chat_template", False),
-            **{key: spec[key] for key in CELL_MODEL_KEYS if key in spec},
+            **_settings_of(CellConfig, spec),  # chat_template, answer_format, enable_thinking, context
             "num_processes": max(1, self.resource(cell.model, "train_resources", "gpus")),
             # the trainer stops at a resumable checkpoint before the job's own Slurm time limit
             "time_limit_minutes": self.resource(cell.model, "train_resources", "runtime"),
@@ -143,6 +149,20 @@ class Grid:
         return CellConfig.from_dict(values).to_dict()
 
     # ---- evaluation
+
+    def generation_settings(self, model: str) -> dict:
+        """What a generate job of ``model`` (a grid model or an external checkpoint) is given: the eval
+        section's and the model's settings that are fields of :class:`GenerationConfig` (sampling; the chat
+        template, prompt templates, answer format, enable_thinking and context, as its training has them)."""
+        from balagg.evaluation.generation.requests import GenerationConfig
+
+        return _settings_of(GenerationConfig, self.config["eval"], self.model_spec(model))
+
+    def score_settings(self) -> dict:
+        """What every score job is given: the eval section's settings that are fields of :class:`ScoreConfig`."""
+        from balagg.evaluation.scoring.config import ScoreConfig
+
+        return _settings_of(ScoreConfig, self.config["eval"])
 
     def evaluated_checkpoints(self, model: str) -> int:
         """Trained checkpoints a cell of ``model`` evaluates (step 0 is the initial model's, evaluated once)."""

@@ -11,7 +11,7 @@ from balagg import checkpoints as externals
 from balagg.context import check_model_lengths
 from balagg.grid.campaign import Grid
 from balagg.grid.targets import external_run
-from balagg.layout import CAMPAIGN_DIRS, MERGED_DIR, step_dirname
+from balagg.layout import MERGED_DIR, step_dirname
 from balagg.train.config import CellConfig
 
 
@@ -22,15 +22,13 @@ def merged_dir(grid: Grid, name: str, step: int) -> str:
 
 def resolve_externals(grid: Grid, hub_cache: str | os.PathLike, offline: bool,
                       verl_in_jobs: bool) -> dict[str, externals.External]:
-    """Every external checkpoint resolved to its steps (balagg.checkpoints) and checked: a name shared with a
-    model or a campaign folder, a verl checkpoint where the jobs cannot import verl (``verl_in_jobs``; the
-    message gives the merge command to run by hand), a context too short for prompt + eval budget."""
-    prompt = grid.config.get("train", {}).get("max_prompt_length", CellConfig.max_prompt_length)
+    """Every external checkpoint resolved to its steps (balagg.checkpoints) and checked: its path, a verl
+    checkpoint where the jobs cannot import verl (``verl_in_jobs``; the message gives the merge command to
+    run by hand), a context too short for prompt + eval budget. Each problem names the config file that
+    holds the checkpoint."""
+    prompt = (grid.config.get("train") or {}).get("max_prompt_length", CellConfig.max_prompt_length)
     found = {}
     for name, spec in grid.checkpoints.items():
-        if name in grid.models or name in CAMPAIGN_DIRS:
-            raise ValueError(f"config: checkpoints.{name}: the name is taken by "
-                             + ("a model of the grid" if name in grid.models else "a campaign folder"))
         try:
             external = externals.resolve(name, spec, hub_cache, offline, lambda step: merged_dir(grid, name, step))
             if external.verl and not verl_in_jobs:
@@ -46,7 +44,7 @@ def resolve_externals(grid: Grid, hub_cache: str | os.PathLike, offline: bool,
                 check_model_lengths(f"checkpoints.{name}", source, spec.get("max_position_embeddings"),
                                     {"evaluation": (prompt, grid.config["eval"]["max_tokens"])})
         except ValueError as error:
-            raise ValueError(f"config: {error}") from None
+            raise ValueError(f"config {grid.campaign.file_of('checkpoints', name)}: {error}") from None
         found[name] = external
     return found
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from balagg.config_schema import setting
+from balagg.config_schema import Checked, setting
 
 
 @dataclass(frozen=True)
-class Resources:
-    """One job's resources (the schema's ``$defs/resources``, generated from this class): a section given in
-    part is completed by these defaults, and an absent one is these defaults."""
+class Resources(Checked):
+    """One job's resources: a section given in part is completed by these defaults, and an absent one is
+    these defaults."""
+
+    config_name = "resources"
 
     gpus: int = setting(0, "GPUs per job (0 = CPU)", minimum=0)
     cpus: int = setting(1, minimum=1)

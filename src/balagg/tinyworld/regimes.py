@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from balagg.layout import TINYWORLD_DEFAULT_FAMILY, TINYWORLD_SOURCE
 from balagg.tinyworld import walks
 from balagg.tinyworld.tasks import (
-    TRAIN_TASKS,
     Chain,
     WarmStartExample,
     _box,
@@ -157,12 +156,15 @@ def regime_examples(regime: Regime, seed: int, n: int) -> list[WarmStartExample]
     if regime.family in walks.WORLDS:
         return walks.warm_start_examples(seed, n, regime.p_wrong, walks.WORLDS[regime.family],
                                          after_slip=WALK_STYLES[regime.wrong_style])
+    from balagg.data.sources import tinyworld_tasks
+
     rng = random.Random(f"tinyworld-regime-{regime.name}-{seed}")
-    names = list(TRAIN_TASKS)
+    tasks = tinyworld_tasks("train")
+    names = list(tasks)
     examples = []
     for _ in range(n):
         name = rng.choice(names)
-        task = TRAIN_TASKS[name]
+        task = tasks[name]
         chain = task.sample(rng)
         if rng.random() < regime.p_wrong:
             text, ends = wrong_solution(chain, regime, rng)

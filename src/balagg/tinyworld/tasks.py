@@ -12,7 +12,8 @@ step before the error 2-4 times (wrong answers ramble, so they are longer than r
 ``same`` does not (wrong and right answers have the same length); style ``short`` instead writes at
 most one correct step and boxes a wrong guess (wrong answers are shorter).
 
-Two training tasks differ in difficulty and length profile, like DAPO-Math-17k and Polaris:
+Two training tasks (declared with their datasets in balagg.data.sources, as each benchmark's) differ in
+difficulty and length profile, like DAPO-Math-17k and Polaris:
 
 - ``dapo-math-17k``: verb ``Compute``, 1-4 steps uniformly, warm-start errors ramble.
 - ``polaris-53k``: verb ``Evaluate``, 1-5 steps (harder on average, a wider length spread), warm-start
@@ -170,27 +171,6 @@ class ArithmeticTask:
         return f"{self.verb} {chain.expression}."
 
 
-TRAIN_TASKS: dict[str, ArithmeticTask] = {
-    "dapo-math-17k": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1, 4: 1}, error_style="long", p_wrong=0.2),
-    "polaris-53k": ArithmeticTask("Evaluate", {1: 0.25, 2: 0.2, 3: 0.2, 4: 0.2, 5: 0.15},
-                                  error_style="short", p_wrong=0.3),
-}
-"""The two training tasks, keyed by the real training set whose schema they are written in."""
-
-BENCH_TASKS: dict[str, ArithmeticTask] = {
-    "math500": TRAIN_TASKS["dapo-math-17k"],
-    "aime24": ArithmeticTask("Compute", {4: 1}, "long", 0.0),
-    "aime25": ArithmeticTask("Evaluate", {4: 1, 5: 1}, "short", 0.0),
-    "olympiadbench": ArithmeticTask("Evaluate", {2: 1, 3: 1, 4: 1}, "short", 0.0),
-    "minerva": ArithmeticTask("Compute", {1: 1, 2: 1, 3: 1}, "long", 0.0),
-}
-"""The five math benchmarks: in-distribution (math500), hard (aime24/25), the Evaluate task
-(olympiadbench) and easy chains (minerva)."""
-
-NOMINAL_PASS_RATE: dict[int, str] = {1: "7/8", 2: "6/8", 3: "5/8", 4: "4/8", 5: "3/8"}
-"""Polaris' ``difficulty`` column is a pass rate over 8 samples; here a nominal one by chain length."""
-
-
 @dataclass(frozen=True)
 class CodeProblem:
     """A one-expression program: ``calc(x)`` returning ``x <ops>`` or a stdin/stdout script."""
@@ -245,7 +225,7 @@ class WarmStartExample:
 
     prompt: str
     completion: str
-    source: str  # a TRAIN_TASKS key or "code"
+    source: str  # a training set of the registry (balagg.data.sources), or "code"
     correct: bool
     ends: bool = True  # the completion ends with EOS (False: it runs past the length limit, a loop)
 
@@ -255,8 +235,11 @@ def warm_start_examples(seed: int, n: int, code_share: float = 0.1) -> list[Warm
     at each task's ``p_wrong``), plus a ``code_share`` of code problems with their gold program."""
     if not 0.0 <= code_share < 1.0:
         raise ValueError(f"code_share must be in [0, 1), got {code_share}")
+    from balagg.data.sources import tinyworld_tasks
+
     rng = random.Random(f"tinyworld-warm-start-{seed}")
-    names = list(TRAIN_TASKS)
+    tasks = tinyworld_tasks("train")
+    names = list(tasks)
     examples = []
     for _ in range(n):
         if rng.random() < code_share:
@@ -264,7 +247,7 @@ def warm_start_examples(seed: int, n: int, code_share: float = 0.1) -> list[Warm
             examples.append(WarmStartExample(problem.question, problem.solution, "code", True))
             continue
         name = rng.choice(names)
-        task = TRAIN_TASKS[name]
+        task = tasks[name]
         chain = task.sample(rng)
         if rng.random() < task.p_wrong:
             completion, _ = flawed_solution(chain, rng, task.error_style)

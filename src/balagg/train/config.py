@@ -20,18 +20,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from balagg import settings
-from balagg.aggregators import ALPHA, SCOPES, aggregator, check_scope
-from balagg.config_schema import setting
+from balagg.aggregators import ALPHA, SCOPES, aggregator
+from balagg.config_schema import check_settings, setting
 from balagg.layout import Cell
+from balagg.prompts import (
+    ANSWER_FORMATS,
+    DEFAULT_ANSWER_FORMAT,
+    DEFAULT_CHAT_TEMPLATE,
+    MATH_TEMPLATE,
+    PromptFormat,
+    check_template,
+)
 from balagg.train.memory import SYNC_EACH_BATCH
-from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, PromptFormat, check_template
 
 OPERATIONAL_FIELDS = ("time_limit_minutes", "collective_timeout_minutes", "mlflow_tracking_uri", "mlflow_experiment",
                       "keep_resumable_state")
@@ -48,10 +53,10 @@ class CellConfig:
 
     # what to train on
     model: str = setting(help="hub id or folder of the initial policy", in_schema=False)
-    train_files: list[str] = setting(help="training set files (JSONL)", in_schema=False)
+    train_files: list[str] = setting(help="training set files (JSONL)", min_items=1, in_schema=False)
     aggregator: str = setting(help="aggregation rule (balagg.aggregators; a verl alias names its rule)",
                               in_schema=False)
-    seed: int = setting(help="the cell's seed", in_schema=False)
+    seed: int = setting(help="the cell's seed", minimum=0, in_schema=False)
     output_name: str = setting("", "label for logs and the MLflow run; default: the cell's folder "
                                "(<model>/<dataset>/<aggregator>/seed<seed>)",
                                in_schema=False)
@@ -59,14 +64,15 @@ class CellConfig:
     model_name: str | None = setting(None, "label for tags; default: the model path's last component",
                                      in_schema=False)
     dataset_name: str | None = setting(None, "label for tags; default: the first train file's stem", in_schema=False)
-    scope: str | None = setting(None, "aggregation scope (default token-agg batch, others group)", choices=SCOPES)
+    scope: str | None = setting(None, "aggregation scope (default: the rule's own, balagg.aggregators: batch for token-agg, token-sum and delta-l-norm, group for the others)", choices=SCOPES)
     delta_l_alpha: float = setting(ALPHA.default, ALPHA.description, minimum=0)
     max_position_embeddings: int | None = setting(
-        None, "context override (balagg.context); None: the model's own", in_schema=False)
+        None, "context override (balagg.context); None: the model's own", minimum=1, in_schema=False)
 
     # prompt and reward
     prompt_template: str = setting(MATH_TEMPLATE, "training prompt; must contain {problem}")
-    use_chat_template: bool = setting(True, "wrap prompts in the tokenizer's chat template", in_schema=False)
+    chat_template: bool = setting(DEFAULT_CHAT_TEMPLATE, "wrap prompts in the tokenizer's chat template",
+                                  in_schema=False)
     enable_thinking: bool | None = setting(None, "chat template switch (Qwen3); None: the template's default",
                                            in_schema=False)
     answer_format: str = setting(DEFAULT_ANSWER_FORMAT,
@@ -108,7 +114,7 @@ class CellConfig:
     total_steps: int = setting(100, "optimiser steps", minimum=1)
 
     # checkpoints
-    save_every: int = setting(10, "resumable checkpoint cadence (a multiple of the generation cycle)", minimum=1)
+    save_every: int = setting(16, "resumable checkpoint cadence (a multiple of the generation cycle)", minimum=1)
     keep_checkpoints: int = setting(
         2, "resumable checkpoints kept while training (weights-only eval checkpoints are all kept)", minimum=1)
     keep_resumable_state: bool = setting(
@@ -117,17 +123,17 @@ class CellConfig:
         "evaluation checkpoints are complete (balagg.train.run)")
     eval_steps: list[int] = setting(
         default_factory=list, help="evaluated steps (weights-only checkpoints); step 0 always evaluated",
-        in_schema=False)
+        minimum=0, in_schema=False)
     eval_every: int = setting(
-        0, "weights-only checkpoint and evaluation cadence (plus step 0 and the last step); a library "
-        "caller's default 0: only step 0 and eval_steps", minimum=1)
+        0, "weights-only checkpoint and evaluation cadence (plus step 0 and the last step); 0: only step 0 and "
+        "eval_steps (a grid campaign evaluates every eval_every >= 1 steps)", minimum=0)
     time_limit_minutes: int | None = setting(
         None, "wall-clock limit of one training job (Slurm --time); it stops at a resumable checkpoint before it "
         "and exits 75 (the retry resumes, balagg.train.deadline); null: no limit", minimum=1)
 
     # hardware
     num_processes: int = setting(1, "data-parallel processes (GPUs); the workflow launches this many",
-                                 in_schema=False)
+                                 minimum=1, in_schema=False)
     bf16: bool = setting(False)
     gradient_checkpointing: bool = setting(False)
     use_vllm: bool = setting(False)
@@ -149,37 +155,22 @@ class CellConfig:
     mlflow_experiment: str = setting("balagg", "MLflow experiment (the workflow's: the campaign)", in_schema=False)
 
     def __post_init__(self) -> None:
-        self._check_types()
+        check_settings(self, "cell config")  # every field's type, bounds and choices, as declared
         # where a config enters: the rule's canonical name and its scope; everything downstream takes them
         rule = aggregator(self.aggregator)
         self.aggregator = rule.name
         if self.scope is None:
             self.scope = rule.default_scope
-        try:
-            check_scope(self.scope)
-        except ValueError as error:
-            raise ValueError(f"cell config: {error}") from None
         if self.tokenizer is None:
             self.tokenizer = self.model
         if self.model_name is None:
             self.model_name = Path(self.model).name
-        if not self.train_files:
-            raise ValueError("cell config: train_files is empty")
         if self.dataset_name is None:
             self.dataset_name = Path(self.train_files[0]).stem
         if not self.output_name:
             self.output_name = self.cell.relpath
-        if self.answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"cell config: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
         check_template(self.prompt_template, ("problem",), "cell config: prompt_template")
-        positive = ("num_generations", "prompts_per_step", "mini_batches", "micro_batch_size", "num_iterations",
-                    "max_prompt_length", "max_completion_length", "total_steps", "save_every", "keep_checkpoints",
-                    "num_processes", "torch_threads", "verifier_workers")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"cell config: {name} must be >= 1, got {getattr(self, name)}")
-        if self.num_generations < 2:
-            raise ValueError("cell config: num_generations must be >= 2 (group-relative advantages)")
+        # relations between fields
         if self.generation_batch % self.mini_batches:
             raise ValueError(
                 f"cell config: prompts_per_step * num_generations = {self.generation_batch} responses do not split "
@@ -203,34 +194,19 @@ class CellConfig:
                 f"(mini_batches * num_iterations = {self.generation_cycle} optimiser steps); TRL does not save its "
                 "rollout buffer, so a resume from inside a cycle would not reproduce the run"
             )
-        if self.overlong_buffer_enabled and not 0 < self.overlong_buffer_len <= self.max_completion_length:
+        if self.overlong_buffer_enabled and self.overlong_buffer_len > self.max_completion_length:
             raise ValueError(
-                f"cell config: overlong_buffer_len={self.overlong_buffer_len} must be in "
-                f"(0, max_completion_length={self.max_completion_length}]"
+                f"cell config: overlong_buffer_len={self.overlong_buffer_len} must be at most "
+                f"max_completion_length={self.max_completion_length}"
             )
         if self.max_position_embeddings is not None:
             from balagg.context import check_fits
 
             check_fits(self.model_name, self.max_position_embeddings, self.max_prompt_length,
                        self.max_completion_length, "training", self.max_position_embeddings)
-        if self.collective_timeout_minutes < 1:
-            raise ValueError(f"cell config: collective_timeout_minutes must be >= 1, got {self.collective_timeout_minutes}")
-        if self.time_limit_minutes is not None and self.time_limit_minutes < 1:
-            raise ValueError(f"cell config: time_limit_minutes must be >= 1 or null, got {self.time_limit_minutes}")
-        if self.verifier_timeout_s <= 0:
-            raise ValueError("cell config: verifier_timeout_s must be positive")
-        bad_steps = [s for s in self.eval_steps if not 0 <= s <= self.total_steps]
+        bad_steps = [s for s in self.eval_steps if s > self.total_steps]
         if bad_steps:
             raise ValueError(f"cell config: eval_steps {bad_steps} are outside [0, total_steps={self.total_steps}]")
-        if self.use_vllm and self.vllm_mode not in ("colocate", "server"):
-            raise ValueError(f"cell config: vllm_mode must be colocate or server, got {self.vllm_mode!r}")
-
-    def _check_types(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not _matches(value, hints[f.name]):
-                raise ValueError(f"cell config: {f.name}={value!r} has the wrong type; expected {hints[f.name]}")
 
     @property
     def cell(self) -> Cell:
@@ -263,7 +239,7 @@ class CellConfig:
 
     def prompt_format(self) -> PromptFormat:
         """How prompts are wrapped (the evaluation renders with the same :class:`PromptFormat`)."""
-        return PromptFormat(chat=self.use_chat_template, enable_thinking=self.enable_thinking)
+        return PromptFormat(chat=self.chat_template, enable_thinking=self.enable_thinking)
 
     def checkpoint_steps(self) -> list[int]:
         """Steps that are evaluated: 0, eval_steps, every eval_every, last. Each after 0 gets a weights-only
@@ -314,23 +290,6 @@ class CellConfig:
         except json.JSONDecodeError as error:
             raise ValueError(f"cell config {path} is not valid JSON: {error}") from None
         return cls.from_dict(data)
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Shallow runtime type check of a JSON value against a field annotation."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        return isinstance(value, list) and all(_matches(v, item) for v in value)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
 
 
 def grpo_config_kwargs(cell: CellConfig, output_dir: str) -> dict[str, Any]:

@@ -63,8 +63,9 @@ whole train figure against bench/gpu_smoke.sh's measured peak on a GPU (docs/per
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+
+from balagg.config_schema import Checked, setting
 
 GIB = 1 << 30
 
@@ -94,36 +95,29 @@ ENGINE_SEQUENCES = 256
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """A decoder's shape, named as in its ``config.json`` (Qwen2, Qwen3, Llama families)."""
+class ModelShape(Checked):
+    """A decoder's shape, named as in its config.json (Qwen2, Qwen3, Llama families): the per-GPU memory of
+    its train and evaluation jobs in balagg plan; its parameter count is the default of parameters."""
 
-    hidden_size: int
-    num_hidden_layers: int
-    intermediate_size: int
-    vocab_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int | None = None  # None: hidden_size / num_attention_heads
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False  # Qwen2: q, k, v projections carry a bias
-    qk_norm: bool = False  # Qwen3: RMSNorm of each query and key head
-    max_position_embeddings: int | None = None  # the model's own context (an evaluation engine's default length)
+    config_name = "model shape"
+
+    hidden_size: int = setting(minimum=1)
+    num_hidden_layers: int = setting(minimum=1)
+    intermediate_size: int = setting(minimum=1)
+    vocab_size: int = setting(minimum=1)
+    num_attention_heads: int = setting(minimum=1)
+    num_key_value_heads: int = setting(minimum=1)
+    head_dim: int | None = setting(None, "default hidden_size / num_attention_heads", minimum=1)
+    tie_word_embeddings: bool = setting(False)
+    attention_bias: bool = setting(False, "Qwen2: the q, k, v projections carry a bias")
+    qk_norm: bool = setting(False, "Qwen3: an RMSNorm on each query and key head")
+    max_position_embeddings: int | None = setting(
+        None, "the model's own context (the evaluation engine's length)", minimum=1)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-                raise ValueError(f"model shape: {f.name} must be >= 1, got {value}")
+        super().__post_init__()
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError("model shape: hidden_size is not a multiple of num_attention_heads; set head_dim")
-
-    @classmethod
-    def from_dict(cls, values: dict) -> ModelShape:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"model shape: unknown keys {unknown} (known: {sorted(known)})")
-        return cls(**values)
 
     @property
     def head(self) -> int:

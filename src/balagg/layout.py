@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from balagg.aggregators import RULES
+from balagg.aggregation.rules import RULES
 
 RESULTS_DIR = "results"
 INITIAL_RUN = "initial"

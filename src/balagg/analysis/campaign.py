@@ -150,8 +150,8 @@ class Campaign:
 
 
 def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
-    """Aggregators in the order of :data:`balagg.aggregation.RULES` (unknown names last, sorted)."""
-    from balagg.aggregators import RULES
+    """Aggregators in the order of :data:`balagg.aggregation.rules.RULES` (unknown names last, sorted)."""
+    from balagg.aggregation.rules import RULES
 
     def rank(name: str) -> tuple[int, str]:
         return (RULES.index(name) if name in RULES else len(RULES), name)

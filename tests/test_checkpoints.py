@@ -219,7 +219,7 @@ def write_evaluated_run(run: Path, steps: dict[int, float]) -> None:
 def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):
     from analysis_fixtures import make_campaign
 
-    from balagg.analysis import load_campaign, table1
+    from balagg.analysis import load_results, table1
 
     hub, run = tmp_path / "base" / "external", tmp_path / "run" / "external"
     write_evaluated_run(hub, {0: 0.25})
@@ -243,7 +243,7 @@ def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):
     latex = table1.to_latex(table, "evalonly")
     assert r"Checkpoint & Origin & Acc@8" in latex and "/runs/x" in latex
     # beside cells: the checkpoint's row says it was evaluated only, its origin follows the notes
-    cells = table1.build_table(load_campaign(make_campaign(tmp_path / "camp")), None, [run / "checkpoint.json"])
+    cells = table1.build_table(load_results(make_campaign(tmp_path / "camp")), None, [run / "checkpoint.json"])
     mixed = table1.to_markdown(cells, "mixed")
     assert "| (checkpoint) | run | (evaluated only) |" in mixed and "/runs/x |" not in mixed
     assert mixed.split("Checkpoints evaluated without training here:", 1)[1].split() == ["-", "run:", "/runs/x"]

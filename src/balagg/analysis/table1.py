@@ -37,11 +37,11 @@ from pathlib import Path
 import pandas as pd
 
 from balagg.analysis import MEAN, peak_and_last
-from balagg.analysis.campaign import METRICS
+from balagg.analysis.results import METRICS
 from balagg.analysis.seed_means import last_column, peak_column
 from balagg.analysis.uncertainty import add_standard_errors
 from balagg.benchmarks import BENCHMARKS, benchmark_order, mean_label
-from balagg.analysis.campaign import Campaign
+from balagg.analysis.results import CampaignResults
 from balagg.checkpoints import CHECKPOINT_DATASET, EVALUATED_ONLY
 
 # best@8: any of the 8 samples correct; best@8 (bootstrap): verl's best@8/mean, which the paper most
@@ -96,7 +96,7 @@ def compare_with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame
                                        "diff", "in_campaign"])
 
 
-def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
+def build_table(campaign: CampaignResults | None, paper: pd.DataFrame | None = None,
                 checkpoints: list[Path] = ()) -> pd.DataFrame:
     """Our rows (:func:`~balagg.analysis.seed_means.peak_and_last` of the benchmark mean; each row's peak
     and last step are computed by :func:`~balagg.analysis.seed_means.peak_and_last_of_group`), with ``paper_<metric>``,
@@ -124,7 +124,7 @@ def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
 
 def _curve_benchmarks(records: list[Path]) -> tuple[str, ...]:
     """The benchmarks of the external checkpoints' curves (beside their checkpoint.json)."""
-    from balagg.analysis.campaign import read_curve
+    from balagg.analysis.results import read_curve
     from balagg.layout import CURVE_FILE, EVAL_DIR
 
     names = set()
@@ -143,7 +143,7 @@ def _means(table: pd.DataFrame) -> str:
 def checkpoint_row(record_path: Path) -> dict:
     """Table 1's row of one external checkpoint from its ``checkpoint.json`` and the curve beside it."""
     from balagg import checkpoints
-    from balagg.analysis.campaign import read_curve
+    from balagg.analysis.results import read_curve
     from balagg.analysis.uncertainty import read_scores, stratified_mean_se
     from balagg.analysis.seed_means import PEAK_AND_LAST_COLUMNS
     from balagg.layout import CURVE_FILE, EVAL_DIR, SCORES_FILE, eval_step_relpath

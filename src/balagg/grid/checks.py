@@ -9,7 +9,7 @@ from functools import cache
 
 from balagg import checkpoints as externals
 from balagg.context import check_model_lengths
-from balagg.grid.campaign import Grid
+from balagg.grid.grid import Grid
 from balagg.grid.targets import external_run
 from balagg.layout import MERGED_DIR, step_dirname
 from balagg.train.config import CellConfig

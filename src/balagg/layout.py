@@ -12,7 +12,7 @@ Campaign layout (all paths relative to the working directory)::
       data/{family}/train/..., data/{family}/bench/...    a tiny-world family other than chains (data_file)
       tinyworld/raw/, tinyworld/{family}/raw/             the tiny world's raw files (tinyworld_raw_dir)
       {model}/initial/eval/step-000000/                   the untrained model, shared by its cells
-      {checkpoint}/external/                              an external checkpoint (balagg.checkpoints)
+      {checkpoint}/external/                              an external checkpoint (balagg.external_checkpoints)
         checkpoint.json  eval/step-{N:06d}/...  eval/curve.csv  eval/mlflow.json  [merged/step-{N:06d}/]
       {model}/{dataset}/{aggregator}/seed{seed}/          one cell (cell_relpath)
         cell.json  manifest.json  logs/  benchmarks/

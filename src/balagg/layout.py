@@ -97,12 +97,15 @@ TINYWORLD_DEFAULT_FAMILY = TINYWORLD_FAMILIES[0]
 """The family of the default warm start and of every model not built here; its files have no family folder."""
 
 # files of the tiny world (raw datasets under tinyworld/raw/, one folder per model under models/)
-RAW_MANIFEST_FILE = "manifest.json"
+TINYWORLD_MANIFEST_FILE = "manifest.json"
+"""The tiny world's raw-data manifest in :func:`tinyworld_raw_dir`: the seed, the sizes, the tasks and each
+dataset's file, rows and sha256 (the same file name as a cell's :data:`CELL_MANIFEST_FILE`, another file)."""
 MODEL_CARD_FILE = "card.json"
 
 # files of a cell folder
 CELL_CONFIG_FILE = "cell.json"
-MANIFEST_FILE = "manifest.json"
+CELL_MANIFEST_FILE = "manifest.json"
+"""A cell's manifest, written last by ``balagg train``: checkpoint steps, final metrics, versions (docs/files.md)."""
 TRAIN_DIR = "train"
 EVAL_DIR = "eval"
 CURVE_FILE = "curve.csv"

@@ -124,7 +124,7 @@ def generate_weights_inputs(wildcards):
         if external.kind == "hub":
             return [ancient(FETCH)]
         return [os.path.join(external.steps[step], "config.json")] if step in external.verl else []
-    return [os.path.join(EVAL_RUN.format(**wildcards), layout.MANIFEST_FILE)]
+    return [os.path.join(EVAL_RUN.format(**wildcards), layout.CELL_MANIFEST_FILE)]
 
 
 def checkpoint_path(wildcards):

@@ -35,7 +35,7 @@ from balagg.layout import (
     CHECKPOINTS_DIR,
     CURVE_FILE,
     EVAL_DIR,
-    MANIFEST_FILE,
+    CELL_MANIFEST_FILE,
     METRICS_FILE,
     SUMMARY_FILE,
     TRAIN_DIR,
@@ -274,7 +274,7 @@ def _scan_cell(key: Cell, path: Path, problems: list[Problem]) -> tuple[CellFold
     cell = CellFolder(key, path)
     cell.expected_steps |= set(_step_dirs(path / TRAIN_DIR / CHECKPOINTS_DIR))
     cell.expected_steps |= set(_step_dirs(path / EVAL_DIR))
-    manifest = path / MANIFEST_FILE
+    manifest = path / CELL_MANIFEST_FILE
     if manifest.is_file():
         cell.has_manifest = True
         try:

@@ -130,7 +130,6 @@ def test_rule_names_and_aliases():
     assert RULES == ("seq-agg", "token-agg", "token-agg-microbatch", "balanced-agg", "balanced-agg-mass",
                      "seq-mean-token-sum", "dr-grpo", "seq-mean-token-sum-norm", "token-sum", "prompt-mean",
                      "delta-l-norm")
-    assert all(re.fullmatch(NAME_PATTERN, rule) for rule in RULES)  # the workflow's wildcard
     assert MICRO_BATCH_RULES == ("token-agg-microbatch",)
     assert canonical_rule("seq-mean-token-mean") == "seq-agg"
     assert canonical_rule("token-mean") == "token-agg"
@@ -139,6 +138,19 @@ def test_rule_names_and_aliases():
     assert set(ALIASES.values()) <= set(RULES)
     assert DEFAULT_SCOPES["prompt-mean"] == "group" and DEFAULT_SCOPES["delta-l-norm"] == "batch"
     assert DEFAULT_SCOPES["token-agg"] == "batch" and DEFAULT_SCOPES["balanced-agg"] == "group"
+
+
+def test_rule_names_follow_the_one_pattern_the_workflow_matches():
+    import re
+
+    from balagg.layout import WILDCARDS, Cell
+
+    assert all(re.fullmatch(NAME_PATTERN, rule) for rule in RULES)
+    assert all(re.fullmatch(WILDCARDS["aggregator"], rule) for rule in RULES)  # the workflow's wildcard
+    assert Cell.parse("m/d/token-agg-microbatch/seed0") == Cell("m", "d", "token-agg-microbatch", 0)
+    for bad in ("sqrt2-agg", "Sqrt-agg", "sqrt_agg", "-sqrt", "sqrt--agg"):
+        with pytest.raises(ValueError, match=re.escape(NAME_PATTERN)):
+            Aggregator(bad, "a name no folder pattern matches", aggregator("seq-agg").formula)
 
 
 def test_every_rule_has_a_formula_and_the_readme_table_lists_exactly_the_registry():

@@ -61,7 +61,8 @@ STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
 WILDCARDS: dict[str, str] = {
     "model": NAME_PATTERN,
     "dataset": NAME_PATTERN,
-    "aggregator": "|".join(re.escape(name) for name in RULES),  # canonical names: a campaign's enter so
+    "aggregator": "|".join(re.escape(name) for name in RULES),  # the registry's canonical names, each a
+    # balagg.aggregation.rules.NAME_PATTERN (a record is checked against it); a campaign's names enter canonical
     "seed": r"\d+",
     "step": rf"\d{{{STEP_DIGITS}}}",
 }

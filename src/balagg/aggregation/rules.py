@@ -23,12 +23,19 @@ code downstream of them is handed canonical names.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+NAME_PATTERN = r"[a-z]+(-[a-z]+)*"
+"""What a rule's canonical name is made of: lowercase words joined by hyphens. Every record is checked
+against it (:class:`Aggregator`), so each rule name is a folder name and matches in a path; the workflow's
+``aggregator`` wildcard is the registry's names (:data:`balagg.layout.WILDCARDS`)."""
+
 
 class Groups(Protocol):
     """A batch of responses in groups, as a rule's formula sees it.
@@ -204,7 +211,7 @@ class Aggregator:
     """One aggregation rule."""
 
     name: str
-    """Canonical name (the workflow's grid axis, folder names, ``cell.json``): lowercase letters and hyphens."""
+    """Canonical name (the workflow's grid axis, folder names, ``cell.json``): :data:`NAME_PATTERN`."""
     description: str
     """One line for the docs: what the rule is, and where it comes from."""
     formula: Formula | None = None
@@ -236,6 +243,8 @@ class Aggregator:
     """Where the rule is published: paper and code."""
 
     def __post_init__(self) -> None:
+        if not re.fullmatch(NAME_PATTERN, self.name):
+            raise ValueError(f"rule name {self.name!r}: lowercase words joined by hyphens ({NAME_PATTERN})")
         if (self.formula is None) == (self.weights_of is None):
             raise ValueError(f"rule {self.name!r}: give its formula or the rule whose formula it shares "
                              "(weights_of), one of the two")
@@ -304,9 +313,6 @@ ALIASES: dict[str, str] = {alias: rule.name for rule in AGGREGATORS for alias in
 RULE_PARAMETERS: dict[str, RuleParameter] = {
     parameter.name: parameter for rule in AGGREGATORS for parameter in rule.parameters}
 """Every rule parameter, by name."""
-
-NAME_PATTERN = r"[a-z]+(-[a-z]+)*"
-"""What a rule's name is made of (the workflow's ``aggregator`` wildcard matches ``[a-z-]+``)."""
 
 DEFAULT_SCOPES: dict[str, str] = {rule.name: rule.default_scope for rule in AGGREGATORS}
 

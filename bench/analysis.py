@@ -66,7 +66,7 @@ def main() -> None:
             timings[f"{name} (make + png)"] = time.perf_counter() - start
         for stage, seconds in timings.items():
             print(f"{stage:<24} {seconds:7.2f} s")
-        print(f"{len(campaign.evals)} evaluation rows, {len(campaign.train)} training rows")
+        print(f"{len(results.evals)} evaluation rows, {len(results.train)} training rows")
 
 
 if __name__ == "__main__":

@@ -11,15 +11,15 @@ verdict. Needs each checkpoint's scores.jsonl; comparisons without them are "not
 from __future__ import annotations
 
 from balagg.analysis.comparison import comparison_table, to_markdown
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
+from balagg.analysis.outputs import base_parser, main_wrapper, results_from_args, write_text
 
 
 def main() -> int:
     args = base_parser(__doc__).parse_args()
-    campaign = campaign_from_args(args)
-    table = comparison_table(campaign)
+    results = results_from_args(args)
+    table = comparison_table(results)
     write_text(args.out / "comparison.csv", table.to_csv(index=False))
-    write_text(args.out / "comparison.md", to_markdown(table, campaign.name))
+    write_text(args.out / "comparison.md", to_markdown(table, results.name))
     return 0
 
 

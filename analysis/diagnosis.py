@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from balagg import settings
 from balagg.analysis import diagnosis as diagnosis_lib
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
+from balagg.analysis.outputs import base_parser, main_wrapper, results_from_args, write_text
 
 
 def main() -> int:
@@ -20,11 +20,11 @@ def main() -> int:
     parser.add_argument("--gap-threshold", type=float, default=settings.ANALYSIS.gap_threshold,
                         help="|neg - pos length gap| / mean length counted as large (ours)")
     args = parser.parse_args()
-    campaign = campaign_from_args(args)
-    diagnosis = diagnosis_lib.diagnose(campaign, args.cv_threshold, args.gap_threshold)
+    results = results_from_args(args)
+    diagnosis = diagnosis_lib.diagnose(results, args.cv_threshold, args.gap_threshold)
     write_text(args.out / "diagnosis.csv", diagnosis.to_csv(index=False))
     write_text(args.out / "diagnosis.md",
-               diagnosis_lib.to_markdown(diagnosis, diagnosis_lib.length_stats(campaign), campaign, args.cv_threshold,
+               diagnosis_lib.to_markdown(diagnosis, diagnosis_lib.length_stats(results), results, args.cv_threshold,
                                          args.gap_threshold))
     return 0
 

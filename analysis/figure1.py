@@ -9,13 +9,13 @@ contract live) and writes the files.
 from __future__ import annotations
 
 from balagg.analysis import figure1
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
+from balagg.analysis.outputs import base_parser, main_wrapper, results_from_args, save_figure
 
 
 def main() -> int:
     args = base_parser(figure1.__doc__).parse_args()
-    campaign = campaign_from_args(args)
-    save_figure(figure1.make_figure(campaign), args.out, "figure1")
+    results = results_from_args(args)
+    save_figure(figure1.make_figure(results), args.out, "figure1")
     return 0
 
 

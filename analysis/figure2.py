@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from balagg import settings
 from balagg.analysis import figure2
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
+from balagg.analysis.outputs import base_parser, main_wrapper, results_from_args, save_figure
 
 
 def main() -> int:
@@ -19,8 +19,8 @@ def main() -> int:
     parser.add_argument("--smoothing", type=int, default=settings.ANALYSIS.smoothing,
                         help="centred moving-average window in logged steps (1: none); default %(default)s")
     args = parser.parse_args()
-    campaign = campaign_from_args(args)
-    save_figure(figure2.make_figure(campaign, args.model, args.smoothing), args.out, "figure2")
+    results = results_from_args(args)
+    save_figure(figure2.make_figure(results, args.model, args.smoothing), args.out, "figure2")
     return 0
 
 

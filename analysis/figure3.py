@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from balagg import settings
 from balagg.analysis import figure3
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure
+from balagg.analysis.outputs import base_parser, main_wrapper, results_from_args, save_figure
 
 
 def main() -> int:
@@ -20,8 +20,8 @@ def main() -> int:
     parser.add_argument("--cv-metric", default="len_cv", choices=("len_cv", "len_cv_within_group"),
                         help="batch-wide CV (default) or the mean within-group CV")
     args = parser.parse_args()
-    campaign = campaign_from_args(args)
-    save_figure(figure3.make_figure(campaign, args.smoothing, args.cv_metric), args.out, "figure3")
+    results = results_from_args(args)
+    save_figure(figure3.make_figure(results, args.smoothing, args.cv_metric), args.out, "figure3")
     return 0
 
 

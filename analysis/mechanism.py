@@ -12,7 +12,7 @@ of steps beyond 1.5 / below 0.67, and the length statistics at start and end.
 from __future__ import annotations
 
 from balagg.analysis.mechanism import make_figure, mechanism_frame, mechanism_summary
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, save_figure, write_text
+from balagg.analysis.outputs import base_parser, main_wrapper, results_from_args, save_figure, write_text
 
 
 def main() -> int:
@@ -20,9 +20,9 @@ def main() -> int:
     parser.add_argument("--smoothing", type=int, default=5,
                         help="centred moving-average window in logged steps (1: none); default 5")
     args = parser.parse_args()
-    campaign = campaign_from_args(args)
-    write_text(args.out / "mechanism.csv", mechanism_summary(mechanism_frame(campaign)).to_csv(index=False))
-    save_figure(make_figure(campaign, args.smoothing), args.out, "mechanism")
+    results = results_from_args(args)
+    write_text(args.out / "mechanism.csv", mechanism_summary(mechanism_frame(results)).to_csv(index=False))
+    save_figure(make_figure(results, args.smoothing), args.out, "mechanism")
     return 0
 
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from balagg.analysis import table1
-from balagg.analysis.campaign import discover_cells
-from balagg.analysis.outputs import base_parser, campaign_from_args, main_wrapper, write_text
+from balagg.analysis.outputs import base_parser, main_wrapper, results_from_args, write_text
+from balagg.analysis.results import discover_cells
 
 
 def main() -> int:
@@ -26,12 +26,12 @@ def main() -> int:
                         help="prepare-data reports: benchmark files that lost rows are named in the notes")
     args = parser.parse_args()
     if args.checkpoints and args.cells is None and not discover_cells(args.campaign_dir):  # checkpoints only
-        campaign, args.out = None, args.out or args.campaign_dir / "analysis"
+        results, args.out = None, args.out or args.campaign_dir / "analysis"
         args.out.mkdir(parents=True, exist_ok=True)
     else:
-        campaign = campaign_from_args(args)
+        results = results_from_args(args)
     paper = table1.load_paper_values(args.paper_values) if args.paper_values else None
-    table = table1.build_table(campaign, paper, args.checkpoints)
+    table = table1.build_table(results, paper, args.checkpoints)
     write_text(args.out / "table1.csv", table.to_csv(index=False))
     comparison = table1.compare_with_paper(table, paper) if paper is not None else None
     name = args.campaign_dir.name

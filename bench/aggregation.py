@@ -14,7 +14,8 @@ import time
 
 import torch
 
-from balagg.aggregation import RULES, aggregate, aggregation_weights, group_advantages
+from balagg.aggregation import aggregate, aggregation_weights, group_advantages
+from balagg.aggregation.rules import RULES
 
 
 def median_seconds(fn, repeats: int, warmup: int = 3) -> float:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from analysis_fixtures import train_metrics, write_cell  # noqa: E402
 
-from balagg.analysis import figure1, figure2, figure3, load_campaign, table1  # noqa: E402
+from balagg.analysis import figure1, figure2, figure3, load_results, table1  # noqa: E402
 
 
 def build(root: Path, seeds: int, checkpoints: int, steps: int) -> int:
@@ -54,19 +54,19 @@ def main() -> None:
         print(f"wrote {cells} cells in {time.perf_counter() - start:.1f} s")
         timings = {}
         start = time.perf_counter()
-        campaign = load_campaign(root)
-        timings["load_campaign"] = time.perf_counter() - start
-        assert not campaign.problems, campaign.problem_report()
+        results = load_results(root)
+        timings["load_results"] = time.perf_counter() - start
+        assert not results.problems, results.problem_report()
         start = time.perf_counter()
-        table1.build_table(campaign)
+        table1.build_table(results)
         timings["table1.build_table"] = time.perf_counter() - start
         for name, module in (("figure1", figure1), ("figure2", figure2), ("figure3", figure3)):
             start = time.perf_counter()
-            module.make_figure(campaign).savefig(Path(folder) / f"{name}.png")
+            module.make_figure(results).savefig(Path(folder) / f"{name}.png")
             timings[f"{name} (make + png)"] = time.perf_counter() - start
         for stage, seconds in timings.items():
             print(f"{stage:<24} {seconds:7.2f} s")
-        print(f"{len(campaign.evals)} evaluation rows, {len(campaign.train)} training rows")
+        print(f"{len(results.evals)} evaluation rows, {len(results.train)} training rows")
 
 
 if __name__ == "__main__":

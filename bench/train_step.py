@@ -31,7 +31,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
-from balagg.aggregation import DEFAULT_SCOPES  # noqa: E402
+from balagg.aggregation.rules import DEFAULT_SCOPES  # noqa: E402
 from balagg.prompts import load_tokenizer  # noqa: E402
 from balagg.tinyworld.model import build_model, build_tokenizer  # noqa: E402
 from balagg.train.trainer import AggregatedGRPOTrainer  # noqa: E402

@@ -27,7 +27,7 @@ SLOW_MODULES = frozenset({
     "test_workflow_evaluate_example.py",  # configs/evaluate.yaml run through Snakemake
     "test_workflow_cluster.py",
     "test_workflow_context.py",
-    "test_workflow_checkpoints.py",  # an evaluation-only campaign run, bad checkpoints in dry runs
+    "test_workflow_external_checkpoints.py",  # an evaluation-only campaign run, bad checkpoints in dry runs
 })
 """Test modules whose every test is slow."""
 

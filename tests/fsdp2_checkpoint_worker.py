@@ -6,7 +6,7 @@ Trainer does on GPUs: the plugin built from the environment with balagg's mixed-
 (balagg.train.precision), ``fsdp2_prepare_model`` (sharding), one AdamW step under bf16 autocast, the
 resumable state through ``save_fsdp_model`` / ``save_fsdp_optimizer`` (what ``Trainer._save_checkpoint``
 calls under FSDP), the evaluation checkpoint from ``Accelerator.get_state_dict`` (FSDP2's gather) through
-``balagg.train.checkpoints.write_eval_checkpoint``, then a fresh model and optimiser loaded back with
+``balagg.train.eval_checkpoints.write_eval_checkpoint``, then a fresh model and optimiser loaded back with
 ``load_fsdp_model`` / ``load_fsdp_optimizer`` (the resume). Rank 0 writes ``result.json`` into the folder
 given as the first argument.
 """
@@ -40,7 +40,7 @@ def main(out: Path, config_file: str) -> None:
                                              save_fsdp_model, save_fsdp_optimizer)
 
     from balagg.tinyworld.model import build_tokenizer
-    from balagg.train.checkpoints import write_eval_checkpoint
+    from balagg.train.eval_checkpoints import write_eval_checkpoint
     from balagg.train.precision import apply_policy
 
     state = PartialState(cpu=True)

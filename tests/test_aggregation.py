@@ -9,19 +9,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from balagg.aggregators import ALPHA, NAME_PATTERN
-from balagg.aggregation import (
+from balagg.aggregation import aggregate, aggregation_weights, group_advantages, length_diagnostics
+from balagg.aggregation.rules import (
     ALIASES,
+    ALPHA,
     DEFAULT_SCOPES,
     MICRO_BATCH_RULES,
+    NAME_PATTERN,
     RULES,
-    aggregate,
-    aggregation_weights,
+    Aggregator,
     aggregator,
     canonical_rule,
     default_scope,
-    group_advantages,
-    length_diagnostics,
+    weight_formula,
 )
 
 # ------------------------------------------------------------------------------------------------
@@ -130,7 +130,6 @@ def test_rule_names_and_aliases():
     assert RULES == ("seq-agg", "token-agg", "token-agg-microbatch", "balanced-agg", "balanced-agg-mass",
                      "seq-mean-token-sum", "dr-grpo", "seq-mean-token-sum-norm", "token-sum", "prompt-mean",
                      "delta-l-norm")
-    assert all(re.fullmatch(NAME_PATTERN, rule) for rule in RULES)  # the workflow's wildcard
     assert MICRO_BATCH_RULES == ("token-agg-microbatch",)
     assert canonical_rule("seq-mean-token-mean") == "seq-agg"
     assert canonical_rule("token-mean") == "token-agg"
@@ -141,14 +140,34 @@ def test_rule_names_and_aliases():
     assert DEFAULT_SCOPES["token-agg"] == "batch" and DEFAULT_SCOPES["balanced-agg"] == "group"
 
 
-def test_every_rule_has_weights_and_the_readme_table_lists_exactly_the_registry():
+def test_rule_names_follow_the_one_pattern_the_workflow_matches():
+    import re
+
+    from balagg.layout import WILDCARDS, Cell
+
+    assert all(re.fullmatch(NAME_PATTERN, rule) for rule in RULES)
+    assert all(re.fullmatch(WILDCARDS["aggregator"], rule) for rule in RULES)  # the workflow's wildcard
+    assert Cell.parse("m/d/token-agg-microbatch/seed0") == Cell("m", "d", "token-agg-microbatch", 0)
+    for bad in ("sqrt2-agg", "Sqrt-agg", "sqrt_agg", "-sqrt", "sqrt--agg"):
+        with pytest.raises(ValueError, match=re.escape(NAME_PATTERN)):
+            Aggregator(bad, "a name no folder pattern matches", aggregator("seq-agg").formula)
+
+
+def test_every_rule_has_a_formula_and_the_readme_table_lists_exactly_the_registry():
     import re
     from pathlib import Path
 
-    from balagg.aggregation import GROUP_WEIGHTS
-
-    shared = {rule for rule in RULES if aggregator(rule).weights_of}
-    assert set(GROUP_WEIGHTS) | set(MICRO_BATCH_RULES) | shared == set(RULES)
+    for rule in RULES:
+        record = aggregator(rule)
+        if record.weights_of:  # it shares the formula of a rule that has its own
+            assert record.formula is None and aggregator(record.weights_of).formula is not None
+            assert weight_formula(rule) is aggregator(record.weights_of).formula
+        else:
+            assert callable(record.formula) and weight_formula(rule) is record.formula
+    with pytest.raises(ValueError, match="give its formula or the rule whose formula it shares"):
+        Aggregator("sqrt-agg", "a record without weights")
+    with pytest.raises(ValueError, match="give its formula or the rule whose formula it shares"):
+        Aggregator("sqrt-agg", "a record with both", aggregator("seq-agg").formula, weights_of="seq-agg")
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     table = readme.split("## The rules", 1)[1].split("\n\n", 2)[1]
     assert tuple(re.findall(r"^\| `([^`]+)` \|", table, re.M)) == RULES
@@ -403,6 +422,52 @@ def test_weights_dtype_follows_advantages():
     assert aggregation_weights("seq-agg", [1, 2], torch.tensor([1.0, -1.0], dtype=torch.float64),
                                [0, 0]).dtype == torch.float64
     assert aggregation_weights("seq-agg", [1, 2], [1, -1], [0, 0]).dtype == torch.float32
+
+
+class NumpyGroups:
+    """The formulas' interface (balagg.aggregation.rules.Groups) over numpy arrays: a formula that used
+    anything of torch beyond it would fail here."""
+
+    def __init__(self, lengths, advantages, group_ids, max_length=None, alpha=1.0, padded_width=None):
+        import numpy as np
+
+        self.np = np
+        self.lengths, self.advantages = np.asarray(lengths, float), np.asarray(advantages, float)
+        self.index = np.unique(np.asarray(group_ids), return_inverse=True)[1]
+        self.count = int(self.index.max()) + 1
+        self.size = self.sum(np.ones_like(self.lengths))
+        self.max_length, self.alpha, self.padded_width = max_length, alpha, padded_width
+
+    def sum(self, values):
+        return self.np.bincount(self.index, weights=values, minlength=self.count)[self.index]
+
+    def divide(self, numerator, denominator):
+        zero = denominator == 0
+        return self.np.where(zero, 0.0, numerator / self.np.where(zero, 1.0, denominator))
+
+    def where(self, mask, chosen, otherwise):
+        return self.np.where(mask, chosen, otherwise)
+
+    def constant(self, value):
+        return self.np.full_like(self.lengths, value)
+
+    def longest(self):
+        return float(self.lengths.max())
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_each_formula_needs_only_the_groups_interface(rule):
+    """Every rule's formula gives the same weights on numpy arrays as aggregation_weights on tensors."""
+    lengths = [3, 0, 7, 2, 9, 4, 0.5, 6, 12]
+    advantages = [1.0, -1.0, 0.0, -0.5, 2.0, 1.0, -1.0, 0.0, -2.0]
+    group_ids = [0, 0, 0, 1, 1, 2, 2, 2, 2]
+    record = aggregator(rule)
+    expected = aggregation_weights(rule, lengths, torch.tensor(advantages, dtype=torch.float64), group_ids,
+                                   scope="group", max_length=16, alpha=0.75, micro_batch_ids=group_ids)
+    weights = weight_formula(rule)(NumpyGroups(lengths, advantages, group_ids, max_length=16.0, alpha=0.75))
+    if record.per_group and not record.needs_micro_batches:
+        weights = weights / 3
+    assert weights.tolist() == pytest.approx(expected.tolist(), rel=1e-12, abs=0)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from analysis_fixtures import REPO, make_campaign, train_metrics
-from balagg.analysis import diagnosis, load_campaign
+from balagg.analysis import diagnosis, load_results
 
 
 @pytest.mark.parametrize("cv, rel_gap, expected", [
@@ -26,22 +26,22 @@ def test_prediction_rule(cv, rel_gap, expected):
 def test_diagnosis_measures_predicts_and_compares_with_table1(tmp_path):
     # dapo: gap 100 / length 200, CV 0.3 -> seq-agg predicted; seq-agg beat token-agg (peak .36 vs .35,
     # last .31 vs .28). polaris: gap 10 / 200, CV 0.8 -> token-agg predicted; token-agg beat seq-agg.
-    campaign = load_campaign(make_campaign(tmp_path / "camp"))
-    result = diagnosis.diagnose(campaign, cv_threshold=0.5, gap_threshold=0.25).set_index("dataset")
+    results = load_results(make_campaign(tmp_path / "camp"))
+    result = diagnosis.diagnose(results, cv_threshold=0.5, gap_threshold=0.25).set_index("dataset")
     assert result.at["dapo", "len_cv"] == pytest.approx(0.3) and result.at["dapo", "rel_gap"] == pytest.approx(0.5)
     assert result.at["dapo", "predicted"] == "seq-agg" and result.at["dapo", "outcome"] == "seq-agg"
     assert result.at["dapo", "token_peak"] == pytest.approx(0.35)
     assert result.at["dapo", "seq_last"] == pytest.approx(0.31)
     assert result.at["polaris", "predicted"] == "token-agg" and result.at["polaris", "outcome"] == "token-agg"
     assert list(result.agrees) == ["yes", "yes"]
-    strict = diagnosis.diagnose(campaign, cv_threshold=0.9, gap_threshold=0.6)
+    strict = diagnosis.diagnose(results, cv_threshold=0.9, gap_threshold=0.6)
     assert list(strict.predicted) == ["none", "none"] and list(strict.agrees) == ["n/a", "n/a"]
 
 
 def test_mixed_or_missing_outcomes_are_not_counted_as_agreement(tmp_path):
     root = make_campaign(tmp_path / "camp", skip={("polaris", "seq-agg", 0), ("polaris", "seq-agg", 1)})
     (root / "qwen-a/dapo/seq-agg/seed0/train/checkpoints/step-000040").mkdir(parents=True)
-    result = diagnosis.diagnose(load_campaign(root)).set_index("dataset")
+    result = diagnosis.diagnose(load_results(root)).set_index("dataset")
     assert result.at["dapo", "peak_winner"] == "seq-agg" and result.at["dapo", "last_winner"] == "unknown"
     assert result.at["dapo", "outcome"] == "unknown" and result.at["dapo", "agrees"] == "n/a"
     assert result.at["polaris", "outcome"] == "unknown"
@@ -49,7 +49,7 @@ def test_mixed_or_missing_outcomes_are_not_counted_as_agreement(tmp_path):
 
 def test_missing_length_metrics_give_unknown(tmp_path):
     no_lengths = lambda dataset, aggregator, seed: [{"step": s, "pg_loss": 0.0} for s in range(1, 5)]  # noqa: E731
-    result = diagnosis.diagnose(load_campaign(make_campaign(tmp_path / "camp", metrics=no_lengths)))
+    result = diagnosis.diagnose(load_results(make_campaign(tmp_path / "camp", metrics=no_lengths)))
     assert list(result.predicted) == ["unknown", "unknown"]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis_fixtures import AGGREGATORS, BENCHMARKS, REPO, STEPS, make_campaign, train_metrics, write_cell
-from balagg.analysis import figure1, figure2, figure3, load_campaign
+from balagg.analysis import figure1, figure2, figure3, load_results
 
 
 def lines(ax, gid: str) -> list:
@@ -21,12 +21,12 @@ def texts(figure_or_ax, gid: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory):
-    return load_campaign(make_campaign(tmp_path_factory.mktemp("camp") / "camp"))
+def results(tmp_path_factory):
+    return load_results(make_campaign(tmp_path_factory.mktemp("camp") / "camp"))
 
 
-def test_figure1_has_a_solid_and_a_dashed_bar_per_aggregator_and_benchmark(campaign):
-    figure = figure1.make_figure(campaign)
+def test_figure1_has_a_solid_and_a_dashed_bar_per_aggregator_and_benchmark(results):
+    figure = figure1.make_figure(results)
     (ax,) = figure.axes
     assert [c.get_label() for c in ax.containers] == [
         f"{a} {kind}" for a in AGGREGATORS for kind in ("peak", "last step")]
@@ -47,7 +47,7 @@ def test_figure1_has_a_solid_and_a_dashed_bar_per_aggregator_and_benchmark(campa
 
 def test_figure1_marks_bars_averaged_over_fewer_settings(tmp_path):
     root = make_campaign(tmp_path / "camp", skip={("polaris", "token-agg", 0), ("polaris", "token-agg", 1)})
-    figure = figure1.make_figure(load_campaign(root))
+    figure = figure1.make_figure(load_results(root))
     assert texts(figure, "gap") == ["*"] * (2 * len(BENCHMARKS))
     caption = texts(figure, "caption")[0]
     assert "token-agg peak (all benchmarks): no value from qwen-a/polaris" in caption
@@ -59,7 +59,7 @@ def test_figure1_marks_bars_averaged_over_fewer_settings(tmp_path):
 def test_figure1_marks_bars_with_no_value_at_all(tmp_path):
     root = make_campaign(tmp_path / "camp", skip={("polaris", "token-agg", 0), ("polaris", "token-agg", 1)})
     (root / "qwen-a/dapo/seq-agg/seed0/train/checkpoints/step-000040").mkdir(parents=True)  # dapo: no last step
-    figure = figure1.make_figure(load_campaign(root))
+    figure = figure1.make_figure(load_results(root))
     marks = texts(figure, "gap")
     # token-agg last: dapo blank, polaris missing -> n/a; token-agg peak (dapo only) and the other two
     # aggregators' last-step bars (polaris only) -> *
@@ -68,8 +68,8 @@ def test_figure1_marks_bars_with_no_value_at_all(tmp_path):
     assert all(np.isnan(p.get_height()) for p in token_last.patches)
 
 
-def test_figure2_one_panel_per_dataset_smoothed_lines_over_faint_raw(campaign):
-    figure = figure2.make_figure(campaign, smoothing=3)
+def test_figure2_one_panel_per_dataset_smoothed_lines_over_faint_raw(results):
+    figure = figure2.make_figure(results, smoothing=3)
     assert len(figure.axes) == 2
     for ax, dataset in zip(figure.axes, ("dapo", "polaris")):
         assert ax.get_title() == f"qwen-a on {dataset}"
@@ -88,17 +88,17 @@ def test_figure2_one_panel_per_dataset_smoothed_lines_over_faint_raw(campaign):
     assert "centred moving average over 3 logged steps" in texts(figure, "caption")[0]
 
 
-def test_figure2_without_smoothing_draws_no_raw_lines_and_refuses_unknown_models(campaign):
-    figure = figure2.make_figure(campaign, smoothing=1)
+def test_figure2_without_smoothing_draws_no_raw_lines_and_refuses_unknown_models(results):
+    figure = figure2.make_figure(results, smoothing=1)
     assert all(len(lines(ax, "raw")) == 0 and len(lines(ax, "smoothed")) == 3 for ax in figure.axes)
     assert "unsmoothed" in texts(figure, "caption")[0]
     with pytest.raises(ValueError, match="model 'gpt' is not in campaign"):
-        figure2.make_figure(campaign, model="gpt")
+        figure2.make_figure(results, model="gpt")
 
 
 def test_figure2_says_which_aggregator_has_no_data(tmp_path):
     root = make_campaign(tmp_path / "camp", skip={("polaris", "token-agg", 0), ("polaris", "token-agg", 1)})
-    figure = figure2.make_figure(load_campaign(root))
+    figure = figure2.make_figure(load_results(root))
     assert texts(figure.axes[0], "missing") == []
     assert texts(figure.axes[1], "missing") == ["no data: token-agg"]
     assert len(lines(figure.axes[1], "smoothed")) == 2
@@ -111,7 +111,7 @@ def test_figure3_rows_cv_and_gap_one_column_per_setting_one_line_per_aggregator(
             for aggregator in AGGREGATORS:
                 write_cell(root, model, dataset, aggregator, 0, {s: (0.1, 0.2) for s in STEPS},
                            train_metrics(range(1, 11), float, cv, 5.0 if dataset == "d1" else 50.0))
-    figure = figure3.make_figure(load_campaign(root))
+    figure = figure3.make_figure(load_results(root))
     axes = np.array(figure.axes).reshape(2, 4)
     assert [ax.get_title() for ax in axes[0]] == ["m1 on d1", "m2 on d1", "m1 on d2", "m2 on d2"]
     assert all(ax.get_ylabel() == "response-length CV" for ax in axes[0])
@@ -139,9 +139,9 @@ def test_figure_script_writes_png_and_pdf(tmp_path):
 def test_figure1_marks_bars_that_are_zero_and_names_a_benchmark_no_sample_solved(tmp_path):
     """The tiny world's models solve no LiveCodeBench problem: its bars are 0, drawn flat, so each carries
     a 0 and the caption says why the benchmark shows no bar (not a missing value)."""
-    campaign = load_campaign(make_campaign(tmp_path / "camp"))
-    campaign.evals.loc[campaign.evals.benchmark == "livecodebench", "acc@8"] = 0.0
-    figure = figure1.make_figure(campaign)
+    results = load_results(make_campaign(tmp_path / "camp"))
+    results.evals.loc[results.evals.benchmark == "livecodebench", "acc@8"] = 0.0
+    figure = figure1.make_figure(results)
     assert texts(figure, "zero") == ["0"] * (2 * len(AGGREGATORS)) and texts(figure, "gap") == []
     assert ("livecodebench: Acc@8 0 at every step for every aggregator and setting (no sample solved a problem)"
             in texts(figure, "caption")[0])
@@ -152,10 +152,10 @@ def test_figure2_says_it_shows_one_model_of_several(tmp_path):
     for aggregator in AGGREGATORS:
         write_cell(root, "qwen-b", "dapo", aggregator, 0, {s: (0.3, 0.5) for s in STEPS},
                    train_metrics(range(1, 31), lambda s: -0.01 * s, 0.4, 10.0))
-    campaign = load_campaign(root)
-    figure = figure2.make_figure(campaign, smoothing=1)
+    results = load_results(root)
+    figure = figure2.make_figure(results, smoothing=1)
     assert texts(figure, "scope") == ["qwen-a only: 1 of the campaign's 2 models"]
     assert ("(one model of 2, as in the paper's Figure 2; analysis.figure2_model, or --model, shows another: qwen-b)"
             in texts(figure, "caption")[0])
-    single = figure2.make_figure(load_campaign(make_campaign(tmp_path / "one")), smoothing=1)
+    single = figure2.make_figure(load_results(make_campaign(tmp_path / "one")), smoothing=1)
     assert texts(single, "scope") == [] and "one model of" not in texts(single, "caption")[0]

@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from balagg.analysis import load_campaign, table1
+from balagg.analysis import load_results, table1
 
 from analysis_fixtures import (AGGREGATORS, BOOTSTRAP_GAP, DAPO, REPO, STEPS, make_campaign, train_metrics,
                                write_cell)
@@ -21,9 +21,9 @@ def row(table: pd.DataFrame, dataset: str, aggregator: str) -> pd.Series:
 
 
 def test_peak_and_last_values_and_steps_are_exact(tmp_path):
-    campaign = load_campaign(make_campaign(tmp_path / "camp"))
-    assert campaign.problems == []
-    table = table1.build_table(campaign)
+    results = load_results(make_campaign(tmp_path / "camp"))
+    assert results.problems == []
+    table = table1.build_table(results)
     assert list(table.dataset) == ["dapo"] * 3 + ["polaris"] * 3
     assert list(table.aggregator[:3]) == list(AGGREGATORS)
     expected = {  # aggregator: (peak acc, step, peak best, step, last acc, last best)
@@ -46,7 +46,7 @@ def test_peak_and_last_values_and_steps_are_exact(tmp_path):
 
 
 def test_bold_marks_the_best_of_each_column_per_setting(tmp_path):
-    table = table1.build_table(load_campaign(make_campaign(tmp_path / "camp")))
+    table = table1.build_table(load_results(make_campaign(tmp_path / "camp")))
     bold = table1.best_mask(table)
     dapo = table.dataset == "dapo"
     assert list(table.aggregator[dapo & bold["peak_acc@8"]]) == ["balanced-agg"]
@@ -64,7 +64,7 @@ def test_bold_marks_the_best_of_each_column_per_setting(tmp_path):
 def test_gaps_are_blank_and_explained_in_markdown_and_latex(tmp_path):
     root = make_campaign(tmp_path / "camp", skip={("polaris", "token-agg", 0), ("polaris", "token-agg", 1)})
     (root / "qwen-a/dapo/seq-agg/seed0/train/checkpoints/step-000040").mkdir(parents=True)  # never evaluated
-    table = table1.build_table(load_campaign(root))
+    table = table1.build_table(load_results(root))
     markdown, latex = table1.to_markdown(table, "camp"), table1.to_latex(table, "camp")
     lines = markdown.splitlines()
     # step 40 exists in one dapo cell only: dapo's final step is 40, evaluated nowhere -> every dapo
@@ -92,7 +92,7 @@ def test_benchmark_problems_with_an_unparsable_gold_are_named_in_the_notes(tmp_p
         acc, best = DAPO["seq-agg"][seed]
         write_cell(root, "qwen-a", "dapo", "seq-agg", seed, dict(zip(STEPS, zip(acc, best))),
                    unparsable_golds={"minerva": 1, "math500": 3})
-    table = table1.build_table(load_campaign(root))
+    table = table1.build_table(load_results(root))
     markdown = table1.to_markdown(table, "camp")
     assert ("1. qwen-a / dapo / seq-agg: problems with an unparsable gold answer, scored incorrect: math500 3, "
             "minerva 1 (ids in summary.json)") in markdown
@@ -107,7 +107,7 @@ def test_paper_values_stand_beside_ours_with_the_difference(tmp_path):
         write_cell(root, "qwen2.5-math-7b", "dapo_17k", aggregator, 0,
                    {s: (a, b) for s, a, b in zip(STEPS, acc, best)}, train_metrics(range(1, 4), float, .5, 1.))
     paper = table1.load_paper_values(REPO / "analysis" / "paper_values.csv")
-    table = table1.build_table(load_campaign(root), paper)
+    table = table1.build_table(load_results(root), paper)
     balanced = row(table, "dapo_17k", "balanced-agg")
     assert balanced["paper_peak_acc@8"] == 0.3634 and balanced["paper_peak_acc@8_source"] == "paper"
     assert balanced["diff_peak_acc@8"] == pytest.approx(0.37 - 0.3634)
@@ -145,9 +145,9 @@ def test_summaries_scored_before_the_bootstrap_column_keep_their_other_values(tm
     for layout in ("curve", "summary"):
         write_cell(root, "qwen-a", layout, "seq-agg", 0, {0: (.2, .3), 10: (.3, .45), 20: (.35, .4)}, layout=layout,
                    bootstrap=False)
-    campaign = load_campaign(root)
-    assert {p.kind for p in campaign.problems} == {"no-train-metrics"}  # no step is left out
-    table = table1.build_table(campaign)
+    results = load_results(root)
+    assert {p.kind for p in results.problems} == {"no-train-metrics"}  # no step is left out
+    table = table1.build_table(results)
     assert list(table["last_best@8"]) == pytest.approx([.4, .4])
     assert table["peak_best@8_bootstrap"].isna().all() and table["last_best@8_bootstrap"].isna().all()
     markdown = table1.to_markdown(table, "camp")
@@ -186,10 +186,10 @@ def test_benchmark_rows_skipped_by_prepare_data_are_named_in_the_notes(tmp_path)
 
 def test_the_table_names_the_mean_by_the_campaigns_own_benchmarks(tmp_path):
     """A campaign of five benchmarks (the laboratory's: no code benchmark) reports five-benchmark means."""
-    six = table1.build_table(load_campaign(make_campaign(tmp_path / "six")))
+    six = table1.build_table(load_results(make_campaign(tmp_path / "six")))
     assert "\nSix-benchmark means. Peak:" in table1.to_markdown(six, "six")
     steps = {0: (0.1, 0.2), 10: (0.3, 0.4)}
     write_cell(tmp_path / "five", "m", "d", "seq-agg", 0, steps, drop_benchmark=dict.fromkeys(steps, "livecodebench"))
-    campaign = load_campaign(tmp_path / "five")
-    assert len(campaign.benchmarks) == 5
-    assert "\nFive-benchmark means. Peak:" in table1.to_markdown(table1.build_table(campaign), "five")
+    results = load_results(tmp_path / "five")
+    assert len(results.benchmarks) == 5
+    assert "\nFive-benchmark means. Peak:" in table1.to_markdown(table1.build_table(results), "five")

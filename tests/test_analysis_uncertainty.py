@@ -11,7 +11,7 @@ import pytest
 from analysis_fixtures import BENCHMARKS, write_cell
 from balagg.analysis import diagnosis as diagnosis_lib, table1
 
-from balagg.analysis import load_campaign
+from balagg.analysis import load_results
 from balagg.analysis.comparison import MDD_FACTOR, comparison_table, pair_result, paired_difference, to_markdown
 from balagg.analysis.uncertainty import add_standard_errors, load_problem_scores, stratified_mean_se
 from balagg.analysis.mechanism import make_figure, mechanism_frame, mechanism_summary
@@ -50,7 +50,7 @@ def side_metrics(aggregator, pos, neg, long_, short):
 
 
 @pytest.fixture()
-def campaign(tmp_path):
+def results(tmp_path):
     """m/d x {seq-agg, token-agg} x seeds {0, 1}, steps 0 and 10; at step 10 token-agg is 0.125 better on
     three problems in four and equal on the rest (a difference far beyond its error)."""
     root = tmp_path / "lab"
@@ -62,7 +62,7 @@ def campaign(tmp_path):
             step10 = [a - 0.125 if (aggregator == "token-agg" and i % 4 == 0) else a for i, a in enumerate(step10)]
             write_scores(cell / "eval/step-000010", [min(1.0, a) for a in step10])
     write_scores(root / "m/initial/eval/step-000000", BASE)
-    return load_campaign(root)
+    return load_results(root)
 
 
 def test_stratified_se_matches_the_formula_by_hand():
@@ -74,16 +74,16 @@ def test_stratified_se_matches_the_formula_by_hand():
     assert math.isnan(stratified_mean_se(pd.Series([1.0, 0.0]), pd.Series(["a", "b"]))[1])
 
 
-def test_problem_scores_take_step0_from_the_initial_model(campaign):
-    scores = load_problem_scores(campaign)
+def test_problem_scores_take_step0_from_the_initial_model(results):
+    scores = load_problem_scores(results)
     assert set(scores.step) == {0, 10}
     step0 = scores[scores.step == 0]
     assert len(step0) == 4 * len(BENCHMARKS) * PROBLEMS  # every cell shares the initial model's scores
     assert step0.groupby(["aggregator", "seed"])["acc@8"].mean().round(6).nunique() == 1
 
 
-def test_table1_standard_errors_are_over_problems_at_the_value_step(campaign):
-    table = table1.build_table(campaign)
+def test_table1_standard_errors_are_over_problems_at_the_value_step(results):
+    table = table1.build_table(results)
     seq = table[table.aggregator == "seq-agg"].iloc[0]
     # every benchmark holds BASE at step 10 for both seeds: SE = sqrt(B * var(BASE) / n) / B
     expected = math.sqrt(len(BENCHMARKS) * pd.Series(BASE).var(ddof=1) / PROBLEMS) / len(BENCHMARKS)
@@ -96,15 +96,15 @@ def test_table1_standard_errors_are_over_problems_at_the_value_step(campaign):
 def test_standard_errors_are_blank_without_scores(tmp_path):
     root = tmp_path / "c"
     write_cell(root, "m", "d", "seq-agg", 0, {0: (0.5, 0.9), 10: (0.6, 0.9)}, side_metrics("seq-agg", 1, 1, 1, 1))
-    campaign = load_campaign(root)
+    results = load_results(root)
     from balagg.analysis import peak_and_last
 
-    table = add_standard_errors(peak_and_last(campaign), campaign)
+    table = add_standard_errors(peak_and_last(results), results)
     assert table["last_acc@8_se"].isna().all()
 
 
-def test_paired_comparison_finds_a_real_difference_and_orients_it(campaign):
-    table = comparison_table(campaign)
+def test_paired_comparison_finds_a_real_difference_and_orients_it(results):
+    table = comparison_table(results)
     last = table[(table.point == "last")].iloc[0]
     assert (last.a, last.b, last.step) == ("seq-agg", "token-agg", 10)
     assert last.n_units == 2 * len(BENCHMARKS) * PROBLEMS and last.n_seeds == 2
@@ -127,7 +127,7 @@ def test_an_earlier_checkpoint_gets_its_own_row_so_a_sign_change_is_seen(tmp_pat
                 own = [min(1.0, max(0.0, a + shift * (aggregator == "token-agg"))) for a in BASE]
                 write_scores(cell / f"eval/step-{step:06d}", own)
     write_scores(root / "m/initial/eval/step-000000", BASE)
-    table = comparison_table(load_campaign(root))
+    table = comparison_table(load_results(root))
     assert list(zip(table.point, table.step.astype(object))) == [("last", 10), ("mean", pd.NA), ("step", 5)]
     by_point = table.set_index("point")
     assert by_point.loc["step", "verdict"] == "seq-agg < token-agg"
@@ -148,14 +148,14 @@ def test_a_difference_inside_the_noise_is_reported_as_such():
     assert untestable["verdict"] == "not testable" and untestable["n_units"] == 0
 
 
-def test_diagnosis_says_whether_token_minus_seq_is_beyond_error(campaign):
-    diagnosis = diagnosis_lib.diagnose(campaign)
+def test_diagnosis_says_whether_token_minus_seq_is_beyond_error(results):
+    diagnosis = diagnosis_lib.diagnose(results)
     row = diagnosis.iloc[0]
     assert row.last_diff > 0 and row.beyond_error and row.tested == "token-agg > seq-agg"
 
 
-def test_mechanism_shares_ratios_and_figure(campaign):
-    frame = mechanism_frame(campaign)
+def test_mechanism_shares_ratios_and_figure(results):
+    frame = mechanism_frame(results)
     token = frame[frame.aggregator == "token-agg"]
     assert token.neg_share.eq(0.75).all() and token.mass_ratio.eq(3.0).all()
     seq = frame[frame.aggregator == "seq-agg"]
@@ -163,7 +163,7 @@ def test_mechanism_shares_ratios_and_figure(campaign):
     assert seq.token_agg_ratio.eq(2.0).all() and token.token_agg_ratio.eq(3.0).all()  # on every cell's batches
     summary = mechanism_summary(frame).set_index("aggregator")
     assert summary.loc["token-agg", "share_above_1.5"] == 1.0 and summary.loc["seq-agg", "n_seeds"] == 2
-    figure = make_figure(campaign, smoothing=1)
+    figure = make_figure(results, smoothing=1)
     assert len(figure.axes) == 3
     for ax in figure.axes:
         lines = [line for line in ax.get_lines() if line.get_gid() == "data"]

@@ -72,7 +72,7 @@ def test_each_section_holds_its_dataclasses_settings(path, source, defaults):
 
 
 def test_the_registries_give_the_enums_and_the_benchmark_keys():
-    from balagg.aggregators import ALIASES, RULES
+    from balagg.aggregation.rules import ALIASES, RULES
     from balagg.benchmarks import BENCHMARKS, TRAINING_SETS
     from balagg.tinyworld.regimes import REGIMES
 

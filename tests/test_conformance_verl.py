@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from balagg.aggregators import AGGREGATORS  # noqa: E402
+from balagg.aggregation.rules import AGGREGATORS  # noqa: E402
 from balagg.conformance.batches import seeded_batches  # noqa: E402
 from balagg.conformance.check import check_engine  # noqa: E402
 from balagg.conformance.engines import adapter  # noqa: E402

@@ -213,7 +213,7 @@ def test_a_curve_refuses_summaries_of_different_n(tmp_path, capsys):
 
 
 def test_the_analysis_names_a_curve_of_another_n(tmp_path):
-    from balagg.analysis import load_campaign
+    from balagg.analysis import load_results
 
     cell = tmp_path / "camp" / cell_relpath("m", "d", "seq-agg", 0)
     (cell / "eval").mkdir(parents=True)
@@ -222,7 +222,7 @@ def test_the_analysis_names_a_curve_of_another_n(tmp_path):
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    problems = [p for p in load_campaign(tmp_path / "camp").problems if p.kind == "bad-file"]
+    problems = [p for p in load_results(tmp_path / "camp").problems if p.kind == "bad-file"]
     assert problems and "n=4" in problems[0].message and "acc@8" in problems[0].message
 
 

@@ -91,3 +91,19 @@ def test_results_reads_files_only(tmp_path):
     (campaign / "analysis/table1.md").write_text("| model | acc |\n|---|---|\n| tiny-s | 0.5 |\n")
     modules = loaded(tmp_path, "results", "--campaign-dir", str(campaign))
     assert not modules & set(HEAVY)
+
+
+def test_the_rule_registry_imports_without_torch_and_the_weights_on_first_use():
+    """The workflow reads the registry while it builds the DAG: `balagg.aggregation.rules` (and the package)
+    load no torch; README's `from balagg.aggregation import aggregation_weights, aggregate` loads it then."""
+    code = (
+        "import sys, balagg.aggregation, balagg.aggregation.rules\n"
+        "assert 'torch' not in sys.modules, 'the registry imported torch'\n"
+        "assert not hasattr(balagg.aggregation, 'RULES'), 'the package re-exports registry names'\n"
+        "from balagg.aggregation import aggregation_weights, aggregate\n"
+        "assert 'torch' in sys.modules\n"
+        "assert aggregation_weights('seq-agg', [2, 4], [1.0, -1.0], [0, 0]).tolist() == [0.25, 0.125]\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-2000:]

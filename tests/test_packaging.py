@@ -42,7 +42,7 @@ def test_core_modules_import_no_extra():
     """Importing the rules, the CLI and running `weights` loads torch and nothing from the extras."""
     code = (
         "import sys, json\n"
-        "import balagg.aggregators, balagg.aggregation, balagg.io, balagg.integrations\n"
+        "import balagg.aggregation.rules, balagg.aggregation.weights, balagg.io, balagg.integrations\n"
         "from balagg.cli import main\n"
         "assert main(['weights', '--rewards', '1,0,0', '--lengths', '3,5,9']) == 0\n"
         f"print(json.dumps(sorted(m for m in {EXTRA_ONLY!r} if m in sys.modules)))\n"

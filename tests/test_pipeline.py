@@ -16,7 +16,7 @@ import pytest
 from checkout import copy_workflow
 from test_workflow import snakemake
 
-from balagg.analysis import figure2, figure3, load_campaign
+from balagg.analysis import figure2, figure3, load_results
 
 pytestmark = pytest.mark.slow
 AGGREGATORS = ["balanced-agg", "seq-agg", "token-agg"]
@@ -98,13 +98,13 @@ def test_table1_has_one_finite_row_per_aggregator(smoke):
 
 
 def test_figures_have_one_series_per_aggregator(smoke):
-    campaign = load_campaign(smoke / "results/smoke")
-    loss_figure = figure2.make_figure(campaign, smoothing=1)
+    results = load_results(smoke / "results/smoke")
+    loss_figure = figure2.make_figure(results, smoothing=1)
     (panel,) = loss_figure.axes
     smoothed = [line for line in panel.get_lines() if line.get_gid() == "smoothed"]
     assert sorted(line.get_label() for line in smoothed) == AGGREGATORS
     assert all(len(line.get_xdata()) == 4 for line in smoothed)
-    length_figure = figure3.make_figure(campaign)
+    length_figure = figure3.make_figure(results)
     for axis in length_figure.axes:
         assert len([line for line in axis.get_lines() if line.get_gid() == "smoothed"]) == 3
     for name in ("figure1", "figure2", "figure3"):
@@ -137,7 +137,7 @@ def test_error_bars_comparison_and_mechanism_outputs(smoke):
     assert sorted(mechanism) == AGGREGATORS
     from balagg.analysis.mechanism import mechanism_frame
 
-    shares = mechanism_frame(load_campaign(smoke / "results/smoke")).dropna(subset=["neg_share"])
+    shares = mechanism_frame(load_results(smoke / "results/smoke")).dropna(subset=["neg_share"])
     balanced = shares[shares.aggregator != "token-agg"].neg_share
     assert len(balanced) and balanced.to_numpy() == pytest.approx(0.5)  # balanced by construction
     assert "Beyond error" in (analysis / "diagnosis.md").read_text()

@@ -102,7 +102,7 @@ def test_every_rank_makes_the_same_collectives_whether_or_not_the_checkpoint_exi
 
 
 def test_a_folder_without_weights_is_refused_naming_it(tmp_path, tiny):
-    from balagg.train.checkpoints import check_eval_checkpoint
+    from balagg.train.eval_checkpoints import check_eval_checkpoint
 
     model, _ = tiny
     folder = tmp_path / "step-000002"

@@ -40,7 +40,7 @@ def test_scope_defaults_follow_the_rule(rule, scope):
 
 
 def test_delta_l_alpha_is_a_cell_setting_with_the_registrys_default():
-    from balagg.aggregators import ALPHA
+    from balagg.aggregation.rules import ALPHA
 
     assert cell(aggregator="delta-l-norm").delta_l_alpha == ALPHA.default == 1.0
     assert cell(aggregator="delta-l-norm", delta_l_alpha=0.75).delta_l_alpha == 0.75

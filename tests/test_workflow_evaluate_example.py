@@ -1,5 +1,5 @@
 """configs/evaluate.yaml as shipped, run through Snakemake offline from a hub cache of stand-ins (its own
-module, so that the test runs beside tests/test_workflow_checkpoints.py's campaign under ``make test``'s
+module, so that the test runs beside tests/test_workflow_external_checkpoints.py's campaign under ``make test``'s
 workers)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 from checkout import copy_workflow
 from test_workflow import job_counts
-from test_workflow_checkpoints import run_snakemake
+from test_workflow_external_checkpoints import run_snakemake
 
 
 def test_the_example_evaluates_the_paper_models_at_their_pinned_commits(tmp_path):

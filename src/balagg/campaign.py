@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from balagg.aggregators import ALIASES, RULES, aggregator
+from balagg.aggregation.rules import ALIASES, RULES, aggregator
 from balagg.config_schema import Checked, Overrides, document, from_mapping, setting
 from balagg.data.sources import names
 from balagg.grid.resources import Resources

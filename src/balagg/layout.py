@@ -12,7 +12,7 @@ Campaign layout (all paths relative to the working directory)::
       data/{family}/train/..., data/{family}/bench/...    a tiny-world family other than chains (data_file)
       tinyworld/raw/, tinyworld/{family}/raw/             the tiny world's raw files (tinyworld_raw_dir)
       {model}/initial/eval/step-000000/                   the untrained model, shared by its cells
-      {checkpoint}/external/                              an external checkpoint (balagg.checkpoints)
+      {checkpoint}/external/                              an external checkpoint (balagg.external_checkpoints)
         checkpoint.json  eval/step-{N:06d}/...  eval/curve.csv  eval/mlflow.json  [merged/step-{N:06d}/]
       {model}/{dataset}/{aggregator}/seed{seed}/          one cell (cell_relpath)
         cell.json  manifest.json  logs/  benchmarks/
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from balagg.aggregators import RULES
+from balagg.aggregation.rules import RULES
 
 RESULTS_DIR = "results"
 INITIAL_RUN = "initial"
@@ -61,7 +61,8 @@ STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
 WILDCARDS: dict[str, str] = {
     "model": NAME_PATTERN,
     "dataset": NAME_PATTERN,
-    "aggregator": "|".join(re.escape(name) for name in RULES),  # canonical names: a campaign's enter so
+    "aggregator": "|".join(re.escape(name) for name in RULES),  # the registry's canonical names, each a
+    # balagg.aggregation.rules.NAME_PATTERN (a record is checked against it); a campaign's names enter canonical
     "seed": r"\d+",
     "step": rf"\d{{{STEP_DIGITS}}}",
 }
@@ -97,12 +98,15 @@ TINYWORLD_DEFAULT_FAMILY = TINYWORLD_FAMILIES[0]
 """The family of the default warm start and of every model not built here; its files have no family folder."""
 
 # files of the tiny world (raw datasets under tinyworld/raw/, one folder per model under models/)
-RAW_MANIFEST_FILE = "manifest.json"
+TINYWORLD_MANIFEST_FILE = "manifest.json"
+"""The tiny world's raw-data manifest in :func:`tinyworld_raw_dir`: the seed, the sizes, the tasks and each
+dataset's file, rows and sha256 (the same file name as a cell's :data:`CELL_MANIFEST_FILE`, another file)."""
 MODEL_CARD_FILE = "card.json"
 
 # files of a cell folder
 CELL_CONFIG_FILE = "cell.json"
-MANIFEST_FILE = "manifest.json"
+CELL_MANIFEST_FILE = "manifest.json"
+"""A cell's manifest, written last by ``balagg train``: checkpoint steps, final metrics, versions (docs/files.md)."""
 TRAIN_DIR = "train"
 EVAL_DIR = "eval"
 CURVE_FILE = "curve.csv"

@@ -82,7 +82,7 @@ from balagg.config_schema import Checked, from_mapping, setting
 from balagg.data.sources import SOURCES
 from balagg.grid import Grid
 from balagg.layout import TINYWORLD_SOURCE
-from balagg.aggregators import MICRO_BATCH_RULES
+from balagg.aggregation.rules import MICRO_BATCH_RULES
 from balagg.settings import TINYWORLD
 from balagg.train.memory import GIB, EngineMemory, GPUMemory, ModelShape, eval_memory, train_memory
 

@@ -335,7 +335,7 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
         return runs[0].info.run_id
     tags = cell_run_tags(manifest["cell"], manifest["model"], manifest["dataset"], manifest["aggregator"],
                          manifest["seed"], manifest["config_hash"], manifest.get("git_commit"),
-                         **manifest.get("tags", {}))  # an external checkpoint's (balagg.checkpoints.record)
+                         **manifest.get("tags", {}))  # an external checkpoint's (balagg.external_checkpoints.record)
     with mlflow.start_run(run_name=manifest["cell"], tags=tags) as run:
         return run.info.run_id
 

@@ -75,7 +75,7 @@ rule figure1:
 rule figure2:
     """Figure 2: policy-gradient loss over training, one panel per dataset, for one model."""
     input:
-        manifests=lambda wildcards: GRID.cell_paths(layout.MANIFEST_FILE),
+        manifests=lambda wildcards: GRID.cell_paths(layout.CELL_MANIFEST_FILE),
     output:
         png=report(targets.analysis_path(GRID, "figure2", "png"), caption=f"{ANALYSIS_REPORT}/figure2.rst",
                    category="Figures"),
@@ -98,7 +98,7 @@ rule figure2:
 rule figure3:
     """Figure 3: response-length CV and positive-negative length gap over training."""
     input:
-        manifests=lambda wildcards: GRID.cell_paths(layout.MANIFEST_FILE),
+        manifests=lambda wildcards: GRID.cell_paths(layout.CELL_MANIFEST_FILE),
     output:
         png=report(targets.analysis_path(GRID, "figure3", "png"), caption=f"{ANALYSIS_REPORT}/figure3.rst",
                    category="Figures"),
@@ -121,7 +121,7 @@ rule diagnosis:
     """diagnosis.md: measured length statistics, the predicted and the observed better aggregation."""
     input:
         curves=lambda wildcards: GRID.cell_paths(CURVE),
-        manifests=lambda wildcards: GRID.cell_paths(layout.MANIFEST_FILE),
+        manifests=lambda wildcards: GRID.cell_paths(layout.CELL_MANIFEST_FILE),
     output:
         md=report(targets.analysis_path(GRID, "diagnosis", "md"), caption=f"{ANALYSIS_REPORT}/diagnosis.rst",
                   category="Diagnosis"),
@@ -163,7 +163,7 @@ rule mechanism:
     """Mechanism figure: side shares of the update mass and long/short per-token weights over training."""
     input:
         curves=lambda wildcards: GRID.cell_paths(CURVE),
-        manifests=lambda wildcards: GRID.cell_paths(layout.MANIFEST_FILE),
+        manifests=lambda wildcards: GRID.cell_paths(layout.CELL_MANIFEST_FILE),
     output:
         png=report(targets.analysis_path(GRID, "mechanism", "png"), caption=f"{ANALYSIS_REPORT}/mechanism.rst",
                    category="Figures"),

@@ -18,7 +18,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
 
 from balagg import campaign as campaigns
-from balagg import checkpoints as externals, layout, prompts
+from balagg import external_checkpoints as externals, layout, prompts
 from balagg.grid import Cell, DataFile, Grid
 from balagg.grid import arguments, checks, environment, targets
 from balagg.hub import is_hub_id
@@ -91,7 +91,7 @@ def cell_config(wildcards):
 
 
 def write_external_record(wildcards, params, input, output):
-    """An external checkpoint's checkpoint.json (balagg.checkpoints.record), with fetch.json's commit."""
+    """An external checkpoint's checkpoint.json (balagg.external_checkpoints.record), with fetch.json's commit."""
     fetch = json.loads(Path(input.fetch[0]).read_text()) if input.fetch else None
     write_json(output[0], externals.record(EXTERNALS[wildcards.model], params.settings, fetch, CAMPAIGN,
                                            GRID.tracking_uri()))
@@ -124,7 +124,7 @@ def generate_weights_inputs(wildcards):
         if external.kind == "hub":
             return [ancient(FETCH)]
         return [os.path.join(external.steps[step], "config.json")] if step in external.verl else []
-    return [os.path.join(EVAL_RUN.format(**wildcards), layout.MANIFEST_FILE)]
+    return [os.path.join(EVAL_RUN.format(**wildcards), layout.CELL_MANIFEST_FILE)]
 
 
 def checkpoint_path(wildcards):

@@ -3,7 +3,7 @@
 # Step 0 is the initial model, the same for every cell of a model: it is evaluated once, under
 # results/{campaign}/{model}/initial/, and shared by those cells' curves.
 # On a laptop the job server (docs/jobserver.md) keeps each job's start-up to a fork.
-# An external checkpoint (config `checkpoints:`, balagg.checkpoints) is evaluated by the same generate and
+# An external checkpoint (config `checkpoints:`, balagg.external_checkpoints) is evaluated by the same generate and
 # score rules, one job per step, under results/{campaign}/{name}/external/, and gets a curve like a cell.
 
 rule generate:

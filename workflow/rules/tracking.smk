@@ -28,7 +28,7 @@ rule mlflow_log_eval:
     external checkpoint gets a run of its own, made from its checkpoint.json (which reads as a manifest)."""
     input:
         manifest=lambda wildcards: os.path.join(EVAL_RUN.format(**wildcards), layout.EXTERNAL_RECORD_FILE
-                                                if wildcards.run == EXTERNAL else layout.MANIFEST_FILE),
+                                                if wildcards.run == EXTERNAL else layout.CELL_MANIFEST_FILE),
         curve=f"{EVAL_RUN}/{CURVE}",
         benchmarks=model_benchmarks,
         fetch=[ancient(FETCH)] if USES_HUB else [],

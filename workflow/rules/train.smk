@@ -35,7 +35,7 @@ rule train:
         model=model_inputs,
         tracking=f"{RESULTS}/mlflow/experiment.json",
     output:
-        manifest=f"{CELL}/{layout.MANIFEST_FILE}",
+        manifest=f"{CELL}/{layout.CELL_MANIFEST_FILE}",
     params:
         workdir=f"{CELL}/{layout.TRAIN_DIR}",
         stale=f"--invalidate {CELL}/{layout.EVAL_DIR} --invalidate {RESULTS}/{layout.ANALYSIS_DIR}",

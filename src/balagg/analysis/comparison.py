@@ -30,7 +30,7 @@ import math
 
 import pandas as pd
 
-from balagg.analysis.campaign import Campaign
+from balagg.analysis.results import CampaignResults
 from balagg.analysis.seed_means import ACC
 from balagg.analysis.uncertainty import load_problem_scores, stratified_mean_se
 
@@ -101,13 +101,13 @@ def paired_difference(scores: pd.DataFrame, a: str, b: str, metric: str, point: 
             "beyond_error": bool(math.isfinite(p) and p < ALPHA), "verdict": verdict(a, b, diff, p)}
 
 
-def _final_step(campaign: Campaign, model: str, dataset: str) -> int | None:
+def _final_step(campaign: CampaignResults, model: str, dataset: str) -> int | None:
     steps = [c.final_step for k, c in campaign.cells.items()
              if (k.model, k.dataset) == (model, dataset) and not c.failed and c.final_step is not None]
     return max(steps) if steps else None
 
 
-def comparison_table(campaign: Campaign, scores: pd.DataFrame | None = None,
+def comparison_table(campaign: CampaignResults, scores: pd.DataFrame | None = None,
                      metrics: tuple[str, ...] = (ACC,)) -> pd.DataFrame:
     """Every pair of the campaign's aggregators in every setting: at the last step, over the mean, and at
     each earlier trained checkpoint that both rules have (:data:`POINTS`)."""

@@ -32,14 +32,14 @@ from balagg import settings
 from balagg.analysis import MEAN, peak_and_last
 from balagg.analysis.comparison import comparison_table, pair_result
 from balagg.analysis.seed_means import ACC, last_column, peak_column
-from balagg.analysis.campaign import Campaign
+from balagg.analysis.results import CampaignResults
 from balagg.benchmarks import mean_label
 
 TOKEN, SEQ = "token-agg", "seq-agg"
 LENGTH_METRICS = ("len_cv", "len_gap", "len_mean")
 
 
-def length_stats(campaign: Campaign) -> pd.DataFrame:
+def length_stats(campaign: CampaignResults) -> pd.DataFrame:
     """Per (model, dataset, aggregator) and per (model, dataset) over all aggregators (``aggregator`` =
     ``all``): mean of each cell's step-mean of ``len_cv``, ``len_gap``, ``len_mean``; ``n_cells``;
     ``rel_gap`` = |len_gap| / len_mean."""
@@ -92,7 +92,7 @@ def observed(table: pd.DataFrame, model: str, dataset: str) -> dict:
             "token_peak": token_peak, "seq_peak": seq_peak, "token_last": token_last, "seq_last": seq_last}
 
 
-def diagnose(campaign: Campaign, cv_threshold: float = settings.ANALYSIS.cv_threshold,
+def diagnose(campaign: CampaignResults, cv_threshold: float = settings.ANALYSIS.cv_threshold,
              gap_threshold: float = settings.ANALYSIS.gap_threshold) -> pd.DataFrame:
     """One row per (model, dataset): length statistics, prediction, outcome and whether they agree."""
     stats = length_stats(campaign)
@@ -121,7 +121,7 @@ def _fmt(value: float, spec: str = ".4f") -> str:
     return "—" if value is None or math.isnan(value) else format(value, spec)
 
 
-def to_markdown(diagnosis: pd.DataFrame, stats: pd.DataFrame, campaign: Campaign, cv_threshold: float,
+def to_markdown(diagnosis: pd.DataFrame, stats: pd.DataFrame, campaign: CampaignResults, cv_threshold: float,
                 gap_threshold: float) -> str:
     lines = [f"# Length diagnosis: {campaign.name}", "",
              "Which of token and sequence aggregation the paper's analysis predicts to do better, from the "

@@ -17,14 +17,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from balagg.analysis import peak_and_last
-from balagg.analysis.campaign import Campaign
+from balagg.analysis.results import CampaignResults
 from balagg.analysis.plotting import aggregator_colors
 from balagg.analysis.seed_means import ACC, last_column, peak_column
 
 PEAK, LAST = peak_column(ACC), last_column(ACC)
 
 
-def figure_data(campaign: Campaign) -> pd.DataFrame:
+def figure_data(campaign: CampaignResults) -> pd.DataFrame:
     """Per (benchmark, aggregator): mean over settings of peak and last-step Acc@8, and how many of the
     campaign's settings each mean covers (``n_peak``, ``n_last`` of ``n_settings``)."""
     per_setting = peak_and_last(campaign, campaign.benchmarks)
@@ -43,7 +43,7 @@ def figure_data(campaign: Campaign) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def caption(campaign: Campaign, incomplete: bool) -> str:
+def caption(campaign: CampaignResults, incomplete: bool) -> str:
     settings = ", ".join(f"{m} on {d}" for m, d in campaign.settings())
     text = (f"Peak (solid) and last-step (dashed outline) Acc@8 per benchmark, averaged over "
             f"{len(campaign.settings())} training setting(s): {settings}.")
@@ -71,7 +71,7 @@ def gap_lines(data: pd.DataFrame) -> list[str]:
     return lines
 
 
-def make_figure(campaign: Campaign) -> Figure:
+def make_figure(campaign: CampaignResults) -> Figure:
     data = figure_data(campaign)
     aggregators, benchmarks = campaign.aggregators, campaign.benchmarks
     colors = aggregator_colors(aggregators)

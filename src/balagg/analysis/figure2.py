@@ -14,14 +14,14 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from balagg.analysis import train_curves
-from balagg.analysis.campaign import Campaign
+from balagg.analysis.results import CampaignResults
 from balagg import settings
 from balagg.analysis.plotting import aggregator_colors, mark_missing, plot_training_lines, smoothing_phrase
 
 METRIC = "pg_loss"
 
 
-def chosen_model(campaign: Campaign, model: str | None) -> str:
+def chosen_model(campaign: CampaignResults, model: str | None) -> str:
     if model is None:
         return campaign.models[0]
     if model not in campaign.models:
@@ -37,7 +37,7 @@ def caption(model: str, smoothing: int, models: tuple[str, ...] = ()) -> str:
     return f"Policy-gradient loss of {model} over training steps{shown}; lines: {smoothing_phrase(smoothing)}."
 
 
-def make_figure(campaign: Campaign, model: str | None = None, smoothing: int = settings.ANALYSIS.smoothing) -> Figure:
+def make_figure(campaign: CampaignResults, model: str | None = None, smoothing: int = settings.ANALYSIS.smoothing) -> Figure:
     model = chosen_model(campaign, model)
     curves = train_curves(campaign, METRIC, models=(model,))
     colors = aggregator_colors(campaign.aggregators)

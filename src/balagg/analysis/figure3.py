@@ -14,7 +14,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from balagg.analysis import train_curves
-from balagg.analysis.campaign import Campaign
+from balagg.analysis.results import CampaignResults
 from balagg import settings
 from balagg.analysis.plotting import aggregator_colors, mark_missing, plot_training_lines, smoothing_phrase
 
@@ -26,7 +26,7 @@ def caption(smoothing: int, cv_metric: str) -> str:
             f"negative minus mean positive length in mixed groups); lines: {smoothing_phrase(smoothing)}.")
 
 
-def make_figure(campaign: Campaign, smoothing: int = settings.ANALYSIS.smoothing,
+def make_figure(campaign: CampaignResults, smoothing: int = settings.ANALYSIS.smoothing,
                 cv_metric: str = "len_cv") -> Figure:
     rows = {cv_metric: ROWS.get(cv_metric, cv_metric), "len_gap": ROWS["len_gap"]}
     columns = [(m, d) for d in campaign.datasets for m in campaign.models]  # one per model and dataset

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from balagg.analysis.campaign import MEAN, Campaign
+from balagg.analysis.results import MEAN, CampaignResults
 from balagg.analysis.plotting import aggregator_colors, aggregator_styles, mark_missing
 from balagg.analysis.seed_means import ACC, smooth
 
@@ -44,7 +44,7 @@ def _column(train: pd.DataFrame, name: str) -> pd.Series:
     return train[name] if name in train.columns else pd.Series(math.nan, index=train.index)
 
 
-def mechanism_frame(campaign: Campaign) -> pd.DataFrame:
+def mechanism_frame(campaign: CampaignResults) -> pd.DataFrame:
     """One row per (cell, logged step): ``model, dataset, aggregator, seed, step`` and
     :data:`MECHANISM_METRICS` (module doc). Cells whose rule logged no side weights get NaN."""
     parts = []
@@ -119,7 +119,7 @@ def _draw(ax, frame: pd.DataFrame, x: str, y: str, aggregators, colors, styles, 
     return missing
 
 
-def make_figure(campaign: Campaign, smoothing: int = 5) -> Figure:
+def make_figure(campaign: CampaignResults, smoothing: int = 5) -> Figure:
     """Rows: (model, dataset) settings; columns: Acc@8 (benchmark mean, seed mean over checkpoints),
     negative share of the update mass, long/short per-token weight of correct responses."""
     curves = mechanism_curves(mechanism_frame(campaign))

@@ -1,4 +1,4 @@
-"""What every analysis script shares: its command line, loading the campaign, writing outputs atomically.
+"""What every analysis script shares: its command line, loading the campaign's results, writing outputs atomically.
 
 Each script in ``analysis/`` runs as ``python analysis/<artifact>.py --campaign-dir results/X
 --out results/X/analysis`` (plus its own options) and writes its artifact into ``--out``. The campaign's
@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from balagg.analysis.campaign import Campaign, load_campaign
+from balagg.analysis.results import CampaignResults, load_results
 from balagg.io import atomic_path, atomic_write_text
 
-__all__ = ["base_parser", "campaign_from_args", "write_text", "save_figure", "main_wrapper"]
+__all__ = ["base_parser", "results_from_args", "write_text", "save_figure", "main_wrapper"]
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
@@ -32,19 +32,19 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def campaign_from_args(args: argparse.Namespace) -> Campaign:
-    """Load the campaign named on the command line and report its problems on stderr."""
-    campaign = load_campaign(args.campaign_dir, args.cells)
-    if campaign.problems:
-        print(f"{len(campaign.problems)} problem(s) in {args.campaign_dir}:", file=sys.stderr)
-        print(campaign.problem_report(), file=sys.stderr)
+def results_from_args(args: argparse.Namespace) -> CampaignResults:
+    """Load the results of the campaign folder named on the command line and report its problems on stderr."""
+    results = load_results(args.campaign_dir, args.cells)
+    if results.problems:
+        print(f"{len(results.problems)} problem(s) in {args.campaign_dir}:", file=sys.stderr)
+        print(results.problem_report(), file=sys.stderr)
         if args.strict:
-            raise ValueError(f"{len(campaign.problems)} problem(s) in {args.campaign_dir} (see above); "
+            raise ValueError(f"{len(results.problems)} problem(s) in {args.campaign_dir} (see above); "
                              "rerun without --strict to get marked gaps")
     if args.out is None:
         args.out = Path(args.campaign_dir) / "analysis"
     args.out.mkdir(parents=True, exist_ok=True)
-    return campaign
+    return results
 
 
 def write_text(path: Path, text: str) -> None:

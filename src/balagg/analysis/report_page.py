@@ -107,7 +107,7 @@ def landing_numbers(campaign_dir: str | Path) -> dict[str, int]:
     its rows of cells and of external checkpoints), and the campaign's benchmarks (``data/**/bench/``)."""
     import csv
 
-    from balagg.checkpoints import CHECKPOINT_DATASET
+    from balagg.external_checkpoints import CHECKPOINT_DATASET
 
     campaign_dir = Path(campaign_dir)
     with (campaign_dir / "analysis" / "table1.csv").open(newline="") as handle:

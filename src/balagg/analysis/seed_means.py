@@ -1,4 +1,4 @@
-"""Seed means, peaks and last steps of a :class:`~balagg.analysis.campaign.Campaign`.
+"""Seed means, peaks and last steps of a :class:`~balagg.analysis.results.CampaignResults`.
 
 Over seeds, a group (model, dataset, aggregator) is summarised by its *seed-mean curve*: at each step
 evaluated in every usable seed, the mean (and sample standard deviation) over seeds. Then
@@ -22,7 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from balagg.analysis.campaign import MEAN, METRICS, UNPARSABLE_GOLDS, Campaign
+from balagg.analysis.results import MEAN, METRICS, UNPARSABLE_GOLDS, CampaignResults
 from balagg.benchmarks import benchmark_order
 
 __all__ = ["peak_and_last", "peak_and_last_of_group", "train_curves", "smooth", "PEAK_AND_LAST_COLUMNS", "ACC", "BEST",
@@ -49,7 +49,7 @@ PEAK_AND_LAST_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _setting_final_step(campaign: Campaign, model: str, dataset: str) -> int | None:
+def _setting_final_step(campaign: CampaignResults, model: str, dataset: str) -> int | None:
     steps = [c.final_step for k, c in campaign.cells.items()
              if (k.model, k.dataset) == (model, dataset) and not c.failed and c.final_step is not None]
     return max(steps) if steps else None
@@ -59,7 +59,7 @@ def _std(values: pd.Series) -> float:
     return float(values.std(ddof=1)) if values.count() > 1 else math.nan
 
 
-def peak_and_last_of_group(campaign: Campaign, model: str, dataset: str, aggregator: str, benchmark: str) -> dict:
+def peak_and_last_of_group(campaign: CampaignResults, model: str, dataset: str, aggregator: str, benchmark: str) -> dict:
     """One row of :func:`peak_and_last`: the peak and last-step values (module docstring) of one
     (model, dataset, aggregator) on one benchmark, with the notes that explain any gap."""
     keys = campaign.group_keys(model, dataset, aggregator)
@@ -132,7 +132,7 @@ def _unparsable_golds(evals: pd.DataFrame, benchmark: str) -> dict[str, int]:
     return {name: int(counts[name]) for name in benchmark_order(counts.index) if counts[name] > 0}
 
 
-def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> pd.DataFrame:
+def peak_and_last(campaign: CampaignResults, benchmarks: tuple[str, ...] = (MEAN,)) -> pd.DataFrame:
     """One row per (dataset, model, aggregator, benchmark) of the grid, columns :data:`PEAK_AND_LAST_COLUMNS`.
 
     Rows are ordered dataset, model, aggregator (display order). Groups with no usable seed have NaN
@@ -147,7 +147,7 @@ def peak_and_last(campaign: Campaign, benchmarks: tuple[str, ...] = (MEAN,)) -> 
     return frame
 
 
-def train_curves(campaign: Campaign, metric: str, models: tuple[str, ...] | None = None) -> pd.DataFrame:
+def train_curves(campaign: CampaignResults, metric: str, models: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Seed mean of a ``metrics.jsonl`` metric per (model, dataset, aggregator, step).
 
     Columns ``model, dataset, aggregator, step, mean, std, n_seeds``. A step is kept only where every

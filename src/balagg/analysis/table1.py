@@ -19,7 +19,7 @@ rows to ``data.on_bad_row: skip`` (an unreadable line, a row without its answer)
 with the rows it lost, since every number on that benchmark is over the rows kept.
 
 ``--checkpoints`` (each external checkpoint's ``checkpoint.json``, its ``eval/curve.csv`` beside) adds a row
-per checkpoint evaluated without training (balagg.checkpoints): dataset ``(checkpoint)``, the checkpoint's
+per checkpoint evaluated without training (balagg.external_checkpoints): dataset ``(checkpoint)``, the checkpoint's
 name as model, ``(evaluated only)`` as aggregator and its origin (``org/name@revision (commit ...)``, or
 its folder) in the ``origin`` column; peak and last over its evaluated steps as for a cell (a single
 checkpoint is its own peak and last step). A table of checkpoints only (an evaluation-only campaign) is
@@ -37,12 +37,12 @@ from pathlib import Path
 import pandas as pd
 
 from balagg.analysis import MEAN, peak_and_last
-from balagg.analysis.campaign import METRICS
+from balagg.analysis.results import METRICS
 from balagg.analysis.seed_means import last_column, peak_column
 from balagg.analysis.uncertainty import add_standard_errors
 from balagg.benchmarks import BENCHMARKS, benchmark_order, mean_label
-from balagg.analysis.campaign import Campaign
-from balagg.checkpoints import CHECKPOINT_DATASET, EVALUATED_ONLY
+from balagg.analysis.results import CampaignResults
+from balagg.external_checkpoints import CHECKPOINT_DATASET, EVALUATED_ONLY
 
 # best@8: any of the 8 samples correct; best@8 (bootstrap): verl's best@8/mean, which the paper most
 # likely reports (docs/files.md, summary.json)
@@ -96,7 +96,7 @@ def compare_with_paper(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame
                                        "diff", "in_campaign"])
 
 
-def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
+def build_table(campaign: CampaignResults | None, paper: pd.DataFrame | None = None,
                 checkpoints: list[Path] = ()) -> pd.DataFrame:
     """Our rows (:func:`~balagg.analysis.seed_means.peak_and_last` of the benchmark mean; each row's peak
     and last step are computed by :func:`~balagg.analysis.seed_means.peak_and_last_of_group`), with ``paper_<metric>``,
@@ -124,7 +124,7 @@ def build_table(campaign: Campaign | None, paper: pd.DataFrame | None = None,
 
 def _curve_benchmarks(records: list[Path]) -> tuple[str, ...]:
     """The benchmarks of the external checkpoints' curves (beside their checkpoint.json)."""
-    from balagg.analysis.campaign import read_curve
+    from balagg.analysis.results import read_curve
     from balagg.layout import CURVE_FILE, EVAL_DIR
 
     names = set()
@@ -142,8 +142,8 @@ def _means(table: pd.DataFrame) -> str:
 
 def checkpoint_row(record_path: Path) -> dict:
     """Table 1's row of one external checkpoint from its ``checkpoint.json`` and the curve beside it."""
-    from balagg import checkpoints
-    from balagg.analysis.campaign import read_curve
+    from balagg import external_checkpoints
+    from balagg.analysis.results import read_curve
     from balagg.analysis.uncertainty import read_scores, stratified_mean_se
     from balagg.analysis.seed_means import PEAK_AND_LAST_COLUMNS
     from balagg.layout import CURVE_FILE, EVAL_DIR, SCORES_FILE, eval_step_relpath
@@ -152,7 +152,7 @@ def checkpoint_row(record_path: Path) -> dict:
     record = json.loads(record_path.read_text())
     row: dict = {c: math.nan for c in PEAK_AND_LAST_COLUMNS}
     row.update({"dataset": CHECKPOINT_DATASET, "model": record["name"], "aggregator": EVALUATED_ONLY,
-                "origin": checkpoints.label(record), "benchmark": MEAN, "n_seeds": 1, "n_seeds_grid": 1, "note": "",
+                "origin": external_checkpoints.label(record), "benchmark": MEAN, "n_seeds": 1, "n_seeds_grid": 1, "note": "",
                 "source": record["source"], "revision": record.get("revision"), "commit": record.get("commit")})
     curve = pd.DataFrame(read_curve(record_path.parent / EVAL_DIR / CURVE_FILE))
     mean = curve[curve.benchmark == MEAN].set_index("step").sort_index() if len(curve) else curve

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balagg.analysis.campaign import Campaign, Cell
+from balagg.analysis.results import CampaignResults, Cell
 from balagg.analysis.seed_means import ACC, BEST, last_column, peak_column
 from balagg.io import read_jsonl_lines
 from balagg.layout import INITIAL_RUN, SCORES_FILE, eval_step_relpath
@@ -50,7 +50,7 @@ def read_scores(path: Path) -> list[dict]:
     return rows
 
 
-def load_problem_scores(campaign: Campaign) -> pd.DataFrame:
+def load_problem_scores(campaign: CampaignResults) -> pd.DataFrame:
     """One row per (cell, evaluated step, problem), columns :data:`SCORE_COLUMNS`, for the steps the
     campaign counts as complete (``campaign.evals``); step 0 comes from the model's ``initial/``
     folder when the cell has none. Steps without a scores file are left out (their SE is NaN: a marked
@@ -101,7 +101,7 @@ def value_se(scores: pd.DataFrame, model: str, dataset: str, aggregator: str, st
     return stratified_mean_se(per_problem[metric], per_problem["benchmark"])[1]
 
 
-def add_standard_errors(table: pd.DataFrame, campaign: Campaign, scores: pd.DataFrame | None = None) -> pd.DataFrame:
+def add_standard_errors(table: pd.DataFrame, campaign: CampaignResults, scores: pd.DataFrame | None = None) -> pd.DataFrame:
     """``table`` (rows of :func:`balagg.analysis.peak_and_last`) with ``<value>_se`` beside each of
     ``peak_acc@8, peak_best@8, last_acc@8, last_best@8``: the SE over problems at that value's step."""
     scores = load_problem_scores(campaign) if scores is None else scores

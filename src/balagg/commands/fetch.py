@@ -45,7 +45,7 @@ def dataset_repo(spec: str) -> dict:
 
 def model_repo(spec: str) -> dict:
     """``ORG/NAME`` or ``ORG/NAME@REVISION`` -> the model repository to fetch (at that revision)."""
-    from balagg.checkpoints import split_pinned
+    from balagg.external_checkpoints import split_pinned
 
     repo_id, revision = split_pinned(spec)
     return {"repo_id": repo_id, "repo_type": "model", **({"revision": revision} if revision else {})}

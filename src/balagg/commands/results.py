@@ -43,7 +43,7 @@ def evaluation_only(analysis: Path) -> bool:
     so Figures 1-3 and the diagnosis, which compare trained cells, do not apply."""
     import csv
 
-    from balagg.checkpoints import CHECKPOINT_DATASET
+    from balagg.external_checkpoints import CHECKPOINT_DATASET
 
     try:
         with (analysis / "table1.csv").open(newline="") as handle:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from balagg.aggregators import ALPHA
+from balagg.aggregation.rules import AGGREGATORS, ALPHA, DEFAULT_SCOPES
 
 
 def _numbers(text: str) -> list[float]:
@@ -43,8 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from balagg.aggregation import DEFAULT_SCOPES, aggregation_weights, group_advantages, length_diagnostics
-    from balagg.aggregators import AGGREGATORS
+    from balagg.aggregation import aggregation_weights, group_advantages, length_diagnostics
 
     if len(args.rewards) != len(args.lengths):
         raise ValueError(f"got {len(args.rewards)} rewards but {len(args.lengths)} lengths")

@@ -1,6 +1,6 @@
 """Compare an engine's effective weights with every rule of the registry; invariances and findings.
 
-A *candidate* is a rule of :data:`balagg.aggregators.AGGREGATORS` at one scope (its default first; per-group
+A *candidate* is a rule of :data:`balagg.aggregation.rules.AGGREGATORS` at one scope (its default first; per-group
 rules also at the other) and, for a rule with parameters, at each published value. Its weights for a
 batch and layout are :func:`balagg.aggregation.aggregation_weights` with the layout's micro-batches, the
 batch's budget as ``max_length`` and the layout's width as ``padded_width``. An engine option *equals* a
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from balagg.aggregation import aggregation_weights
-from balagg.aggregators import AGGREGATORS, SCOPES, Aggregator
+from balagg.aggregation.rules import AGGREGATORS, SCOPES, Aggregator
 from balagg.conformance.batches import Batch
 from balagg.conformance.layouts import INVARIANCES, LAYOUTS, Layout
 from balagg.conformance.probe import Measurement

@@ -3,7 +3,7 @@ config, checkpoint steps, data jobs, resources and targets (:class:`Grid`), deri
 config alone. ``workflow/rules/*.smk`` turn it into rules; ``balagg.plan`` costs it; the analysis names
 cells by :class:`Cell`."""
 
-from balagg.grid.campaign import DataFile, Grid
+from balagg.grid.grid import DataFile, Grid
 from balagg.layout import Cell
 from balagg.grid.resources import RESOURCE_DEFAULTS
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from balagg.config_flags import config_flags
-from balagg.grid.campaign import Grid
+from balagg.grid.grid import Grid
 
 
 def generate_args(grid: Grid, model: str) -> str:

@@ -7,9 +7,9 @@ import os
 import sys
 from functools import cache
 
-from balagg import checkpoints as externals
+from balagg import external_checkpoints as externals
 from balagg.context import check_model_lengths
-from balagg.grid.campaign import Grid
+from balagg.grid.grid import Grid
 from balagg.grid.targets import external_run
 from balagg.layout import MERGED_DIR, step_dirname
 from balagg.train.config import CellConfig
@@ -22,7 +22,7 @@ def merged_dir(grid: Grid, name: str, step: int) -> str:
 
 def resolve_externals(grid: Grid, hub_cache: str | os.PathLike, offline: bool,
                       verl_in_jobs: bool) -> dict[str, externals.External]:
-    """Every external checkpoint resolved to its steps (balagg.checkpoints) and checked: its path, a verl
+    """Every external checkpoint resolved to its steps (balagg.external_checkpoints) and checked: its path, a verl
     checkpoint where the jobs cannot import verl (``verl_in_jobs``; the message gives the merge command to
     run by hand), a context too short for prompt + eval budget. Each problem names the config file that
     holds the checkpoint."""

@@ -7,7 +7,7 @@ import os
 import shlex
 from pathlib import Path
 
-from balagg import checkpoints as externals
+from balagg import external_checkpoints as externals
 from balagg.hub import is_hub_id
 
 

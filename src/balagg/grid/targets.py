@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from balagg.grid.campaign import Grid
+from balagg.grid.grid import Grid
 from balagg.layout import (
     ANALYSIS_DIR,
     CURVE_FILE,

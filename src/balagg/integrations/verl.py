@@ -59,7 +59,7 @@ import torch
 from verl.trainer.ppo import core_algos
 
 from balagg.aggregation import aggregation_weights
-from balagg.aggregators import AGGREGATORS, aggregator
+from balagg.aggregation.rules import AGGREGATORS, aggregator
 
 __all__ = [
     "ENGINE",
@@ -89,7 +89,7 @@ POLICY_LOSS = "balagg"
 ESTIMATOR_PREFIX = "balagg-"
 
 VERL_RULES: tuple[str, ...] = tuple(rule.name for rule in AGGREGATORS if rule.verl_estimator)
-"""The rules offered as verl advantage estimators (:attr:`balagg.aggregators.Aggregator.verl_estimator`)."""
+"""The rules offered as verl advantage estimators (:attr:`balagg.aggregation.rules.Aggregator.verl_estimator`)."""
 
 
 def estimator_name(rule: str) -> str:
@@ -110,7 +110,7 @@ def _first_token_values(token_values: torch.Tensor, response_mask: torch.Tensor)
 
 ALPHA_KEY = "balagg_alpha"
 """The ``algorithm`` config key of delta-l-norm's alpha (``+algorithm.balagg_alpha=0.75``; default
-:data:`balagg.aggregators.ALPHA`)."""
+:data:`balagg.aggregation.rules.ALPHA`)."""
 MAX_LENGTH_KEY = "balagg_max_length"
 """The ``algorithm`` config key of the generation budget of ``dr-grpo`` and ``delta-l-norm``
 (``+algorithm.balagg_max_length=<rollout.response_length>``; default: the batch's padded width, which is

@@ -25,7 +25,7 @@ from pathlib import Path
 from balagg import settings
 from balagg.data.sources import SOURCES, names, tinyworld_tasks
 from balagg.io import atomic_path, atomic_write_text, read_jsonl
-from balagg.layout import RAW_MANIFEST_FILE, TINYWORLD_DEFAULT_FAMILY, TINYWORLD_FAMILIES
+from balagg.layout import TINYWORLD_MANIFEST_FILE, TINYWORLD_DEFAULT_FAMILY, TINYWORLD_FAMILIES
 from balagg.tinyworld import walks
 from balagg.tinyworld.tasks import ArithmeticTask, sample_code_problem, worked_solution
 
@@ -184,5 +184,5 @@ def write_raw(out: str | os.PathLike, seed: int, train_problems: int = settings.
         "datasets": datasets,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    atomic_write_text(out / RAW_MANIFEST_FILE, text)
+    atomic_write_text(out / TINYWORLD_MANIFEST_FILE, text)
     return json.loads(text)

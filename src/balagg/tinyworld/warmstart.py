@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 from balagg import settings
 from balagg.io import write_json
-from balagg.layout import MODEL_CARD_FILE, RAW_MANIFEST_FILE, TINYWORLD_DEFAULT_FAMILY
+from balagg.layout import MODEL_CARD_FILE, TINYWORLD_MANIFEST_FILE, TINYWORLD_DEFAULT_FAMILY
 from balagg.prompts import DEFAULT_ANSWER_FORMAT, render_prompt
 from balagg.tinyworld.model import PROMPT_TEMPLATE
 from balagg.tinyworld.regimes import get_regime, regime_examples, warm_start_family
@@ -344,7 +344,7 @@ def build_warm_model(size: str, raw_dir, out, *, seed: int = 0, config: WarmStar
 
     torch.set_num_threads(1)
     raw_dir, out = Path(raw_dir), Path(out)
-    manifest_path = raw_dir / RAW_MANIFEST_FILE
+    manifest_path = raw_dir / TINYWORLD_MANIFEST_FILE
     if not manifest_path.is_file():
         raise ValueError(f"{raw_dir} has no manifest.json (run `python -m balagg tinyworld data` first)")
     manifest = json.loads(manifest_path.read_text())

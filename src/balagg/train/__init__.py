@@ -9,7 +9,7 @@
 - :mod:`balagg.train.precision`: the FSDP2 mixed-precision policy (bf16 compute, fp32 reduce);
 - :mod:`balagg.train.memory`: a train and an evaluation job's GPU memory, term by term (``balagg plan``);
 - :mod:`balagg.train.callbacks`: metrics.jsonl, MLflow metrics, evaluation checkpoints;
-- :mod:`balagg.train.checkpoints`: weights-only evaluation checkpoints, refused when they hold no weights;
+- :mod:`balagg.train.eval_checkpoints`: weights-only evaluation checkpoints, refused when they hold no weights;
 - :mod:`balagg.train.files`: the work-directory layout and atomic file operations;
 - :mod:`balagg.train.data`: training prompts from the normalised JSONL;
 - :mod:`balagg.train.deadline`: stopping at a resumable checkpoint before the time limit or on a signal;

@@ -26,7 +26,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from balagg.io import write_json
 from balagg.tracking import Tracker
-from balagg.train.checkpoints import compute_dtype, write_eval_checkpoint
+from balagg.train.eval_checkpoints import compute_dtype, write_eval_checkpoint
 from balagg.train.files import CellDir, append_metrics
 
 log = logging.getLogger("balagg.train")
@@ -94,7 +94,7 @@ class CellCallback(TrainerCallback):
 
     def save_eval_checkpoint(self, step: int) -> None:
         """Weights + tokenizer, loadable by from_pretrained, in the training's compute dtype
-        (balagg.train.checkpoints), placed by one atomic rename. All processes call this: accelerate's
+        (balagg.train.eval_checkpoints), placed by one atomic rename. All processes call this: accelerate's
         ``get_state_dict`` gathers FSDP shards onto the main process, which writes, checks that the folder
         holds weights, and renames.
 

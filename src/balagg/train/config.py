@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from balagg import settings
-from balagg.aggregators import ALPHA, SCOPES, aggregator
+from balagg.aggregation.rules import ALPHA, SCOPES, aggregator
 from balagg.config_schema import check_settings, setting
 from balagg.layout import Cell
 from balagg.prompts import (
@@ -54,7 +54,7 @@ class CellConfig:
     # what to train on
     model: str = setting(help="hub id or folder of the initial policy", in_schema=False)
     train_files: list[str] = setting(help="training set files (JSONL)", min_items=1, in_schema=False)
-    aggregator: str = setting(help="aggregation rule (balagg.aggregators; a verl alias names its rule)",
+    aggregator: str = setting(help="aggregation rule (balagg.aggregation.rules; a verl alias names its rule)",
                               in_schema=False)
     seed: int = setting(help="the cell's seed", minimum=0, in_schema=False)
     output_name: str = setting("", "label for logs and the MLflow run; default: the cell's folder "
@@ -64,7 +64,7 @@ class CellConfig:
     model_name: str | None = setting(None, "label for tags; default: the model path's last component",
                                      in_schema=False)
     dataset_name: str | None = setting(None, "label for tags; default: the first train file's stem", in_schema=False)
-    scope: str | None = setting(None, "aggregation scope (default: the rule's own, balagg.aggregators: batch for token-agg, token-sum and delta-l-norm, group for the others)", choices=SCOPES)
+    scope: str | None = setting(None, "aggregation scope (default: the rule's own, balagg.aggregation.rules: batch for token-agg, token-sum and delta-l-norm, group for the others)", choices=SCOPES)
     delta_l_alpha: float = setting(ALPHA.default, ALPHA.description, minimum=0)
     max_position_embeddings: int | None = setting(
         None, "context override (balagg.context); None: the model's own", minimum=1, in_schema=False)

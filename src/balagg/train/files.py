@@ -3,7 +3,7 @@ names come from :mod:`balagg.layout`.
 
     DIR/metrics.jsonl                  one line per optimiser step
     DIR/checkpoints/step-{N:06d}/      weights-only HF model + tokenizer (evaluation; steps after 0, in the
-                                       training's compute dtype: balagg.train.checkpoints)
+                                       training's compute dtype: balagg.train.eval_checkpoints)
     DIR/state/checkpoint-{N}/          TRL/Trainer resumable state (model, optimiser, scheduler, RNG; under
                                        FSDP2 each rank writes its own shards, torch.distributed.checkpoint)
     DIR/train.log                      plain log lines

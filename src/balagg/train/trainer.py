@@ -54,7 +54,8 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
 
-from balagg.aggregation import MICRO_BATCH_RULES, aggregation_weights, aggregator, length_diagnostics
+from balagg.aggregation import aggregation_weights, length_diagnostics
+from balagg.aggregation.rules import MICRO_BATCH_RULES, aggregator
 from balagg.train.padding import padding_span, row_widths, sort_within_steps, trim_micro_batch
 from balagg.train.sampler import EpochRepeatSampler
 from balagg.train.seeding import seeded_colocated_engine

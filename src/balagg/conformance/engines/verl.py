@@ -71,7 +71,7 @@ class VerlEngine(Adapter):
         for mode, claim in CLAIMS.items():
             options.append(Option(f"loss_agg_mode={mode}", "without batch info", claim, ISSUES.get(mode, ()),
                                   values={"mode": mode, "path": "no-info"}))
-        from balagg.aggregators import AGGREGATORS
+        from balagg.aggregation.rules import AGGREGATORS
 
         for rule in AGGREGATORS:
             if rule.verl_estimator:

@@ -71,8 +71,8 @@ def sample_seed(base_seed: int, problem_id: str, sample: int) -> int:
 def resolve_checkpoint(checkpoint: str | os.PathLike) -> Path:
     """A local model folder as given, or a hub id's snapshot folder in the hub cache (no network:
     the fetch stage downloads; step 0 of a hub model is evaluated from its cached snapshot); a hub id
-    pinned as ``org/name@revision`` (an external checkpoint, balagg.checkpoints) at that revision."""
-    from balagg.checkpoints import split_pinned
+    pinned as ``org/name@revision`` (an external checkpoint, balagg.external_checkpoints) at that revision."""
+    from balagg.external_checkpoints import split_pinned
     from balagg.hub import is_hub_id, resolve_snapshot
 
     repo_id, revision = split_pinned(str(checkpoint))

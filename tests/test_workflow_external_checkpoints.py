@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from checkout import copy_workflow
-from test_checkpoints import (BAD_CHECKPOINTS, MODEL, bad_checkpoint, fake_verl_checkpoint, save_tiny_model,
+from test_external_checkpoints import (BAD_CHECKPOINTS, MODEL, bad_checkpoint, fake_verl_checkpoint, save_tiny_model,
                               two_revisions)
 from test_workflow import job_counts
 

@@ -209,7 +209,7 @@ class Grid:
 
     def raw_manifest(self, family: str) -> str:
         """The manifest of one family's raw tiny-world files (written last by ``tinyworld data``)."""
-        return os.path.join(self.results, layout.tinyworld_raw_dir(family), layout.RAW_MANIFEST_FILE)
+        return os.path.join(self.results, layout.tinyworld_raw_dir(family), layout.TINYWORLD_MANIFEST_FILE)
 
     def data_reports(self) -> list[str]:
         """The prepare-data report of every prepared file (bad rows skipped, and why)."""

@@ -1,6 +1,6 @@
-"""External checkpoints (balagg.checkpoints): what a `checkpoints:` entry resolves to, the one-line refusals
+"""External checkpoints (balagg.external_checkpoints): what a `checkpoints:` entry resolves to, the one-line refusals
 of bad entries, fetching a pinned hub revision, and Table 1's row of a checkpoint. No Snakemake here (that is
-tests/test_workflow_checkpoints.py)."""
+tests/test_workflow_external_checkpoints.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from balagg import checkpoints  # noqa: E402
+from balagg import external_checkpoints  # noqa: E402
 from balagg.benchmarks import MEAN
 from balagg.cli import main  # noqa: E402
 from balagg.layout import CURVE_FILE, EVAL_DIR, SCORES_FILE, eval_step_relpath
@@ -68,15 +68,15 @@ def test_revisions_of_one_repository_stay_side_by_side(hf_home):
     v1 = (repo_folder(hf_home, MODEL, "model") / "refs" / "v1").read_text()
     assert main_commit != v1
     for commit in (main_commit, v1):
-        assert checkpoints.hub_snapshot(hf_home / "hub", MODEL, commit) is not None
-    assert checkpoints.hub_snapshot(hf_home / "hub", MODEL, "v1").name == v1
+        assert external_checkpoints.hub_snapshot(hf_home / "hub", MODEL, commit) is not None
+    assert external_checkpoints.hub_snapshot(hf_home / "hub", MODEL, "v1").name == v1
 
 
 def test_a_hub_checkpoint_is_pinned_to_its_revision(hf_home):
-    external = checkpoints.resolve("base", {"path": MODEL, "revision": "v1"}, hf_home / "hub", offline=True)
+    external = external_checkpoints.resolve("base", {"path": MODEL, "revision": "v1"}, hf_home / "hub", offline=True)
     assert (external.kind, external.revision, external.steps) == ("hub", "v1", {0: f"{MODEL}@v1"})
-    assert checkpoints.split_pinned(f"{MODEL}@v1") == (MODEL, "v1")
-    assert checkpoints.split_pinned("/some/folder@x") == ("/some/folder@x", None)
+    assert external_checkpoints.split_pinned(f"{MODEL}@v1") == (MODEL, "v1")
+    assert external_checkpoints.split_pinned("/some/folder@x") == ("/some/folder@x", None)
 
 
 def test_generation_reads_the_pinned_revision_offline(hf_home, monkeypatch):
@@ -109,8 +109,8 @@ def test_each_checkpoint_records_the_commit_of_its_own_revision(hf_home, tmp_pat
                  "--out", str(out)]) == 0
     fetch = json.loads(out.read_text())
     for ref, commit in commits.items():
-        external = checkpoints.resolve(ref, {"path": MODEL, "revision": ref}, hf_home / "hub", offline=True)
-        record = checkpoints.record(external, {}, fetch, "c", "sqlite:///x.db")
+        external = external_checkpoints.resolve(ref, {"path": MODEL, "revision": ref}, hf_home / "hub", offline=True)
+        record = external_checkpoints.record(external, {}, fetch, "c", "sqlite:///x.db")
         assert (record["revision"], record["commit"], record["tags"]["commit"]) == (ref, commit, commit)
 
 
@@ -122,7 +122,7 @@ def test_fetch_names_a_revision_the_cache_lacks(hf_home, tmp_path, capsys):
 
 def test_a_local_folder_is_step_0(tmp_path):
     folder = fake_model_folder(tmp_path / "mine")
-    external = checkpoints.resolve("mine", {"path": str(folder)}, tmp_path, offline=True)
+    external = external_checkpoints.resolve("mine", {"path": str(folder)}, tmp_path, offline=True)
     assert (external.kind, external.steps) == ("folder", {0: str(folder)})
 
 
@@ -130,7 +130,7 @@ def test_a_run_folder_is_a_curve_of_its_steps(tmp_path):
     for name in ("checkpoint-20", "global_step_40", "step-000010"):
         fake_model_folder(tmp_path / "run" / name)
     (tmp_path / "run" / "logs").mkdir()
-    external = checkpoints.resolve("run", {"path": str(tmp_path / "run")}, tmp_path, offline=True)
+    external = external_checkpoints.resolve("run", {"path": str(tmp_path / "run")}, tmp_path, offline=True)
     assert external.kind == "run"
     assert external.steps == {10: str(tmp_path / "run/step-000010"), 20: str(tmp_path / "run/checkpoint-20"),
                               40: str(tmp_path / "run/global_step_40")}
@@ -141,7 +141,7 @@ def test_near_miss_folders_beside_a_runs_steps_are_not_steps(tmp_path):
     checkpoint of the run: neither a step of its own nor in place of the real one."""
     for name in ("step-10", "checkpoint-20", "checkpoint-30-old", "step-10.bak", "global_step_50_tmp"):
         fake_model_folder(tmp_path / "run" / name)
-    external = checkpoints.resolve("run", {"path": str(tmp_path / "run")}, tmp_path, offline=True)
+    external = external_checkpoints.resolve("run", {"path": str(tmp_path / "run")}, tmp_path, offline=True)
     assert external.steps == {10: str(tmp_path / "run/step-10"), 20: str(tmp_path / "run/checkpoint-20")}
     from balagg.layout import parse_step_dirname
 
@@ -150,11 +150,11 @@ def test_near_miss_folders_beside_a_runs_steps_are_not_steps(tmp_path):
 
 def test_a_verl_checkpoint_is_merged_where_the_workflow_says(tmp_path):
     actor = fake_verl_checkpoint(tmp_path / "global_step_5")
-    external = checkpoints.resolve("v", {"path": str(tmp_path / "global_step_5")}, tmp_path, offline=True,
+    external = external_checkpoints.resolve("v", {"path": str(tmp_path / "global_step_5")}, tmp_path, offline=True,
                                    merged_dir=lambda step: tmp_path / f"merged-{step}")
     assert (external.kind, external.verl, external.steps) == ("verl", {0: str(actor)}, {0: str(tmp_path / "merged-0")})
-    assert checkpoints.context_source(external) == actor / "huggingface"
-    command = checkpoints.verl_merge_command(actor, tmp_path / "out")
+    assert external_checkpoints.context_source(external) == actor / "huggingface"
+    command = external_checkpoints.verl_merge_command(actor, tmp_path / "out")
     assert command.startswith("python -m verl.model_merger merge --backend fsdp --local_dir ")
 
 
@@ -194,12 +194,12 @@ def bad_checkpoint(case: str, tmp_path: Path) -> dict:
 @pytest.mark.parametrize("case", sorted(BAD_CHECKPOINTS))
 def test_bad_checkpoints_are_one_line_naming_them(hf_home, tmp_path, case):
     with pytest.raises(ValueError) as error:
-        checkpoints.resolve("c", bad_checkpoint(case, tmp_path), hf_home / "hub", offline=True)
+        external_checkpoints.resolve("c", bad_checkpoint(case, tmp_path), hf_home / "hub", offline=True)
     assert BAD_CHECKPOINTS[case] in str(error.value) and "\n" not in str(error.value)
 
 
 def test_an_uncached_revision_is_left_to_fetch_when_online(hf_home):
-    external = checkpoints.resolve("c", {"path": MODEL, "revision": "v9"}, hf_home / "hub", offline=False)
+    external = external_checkpoints.resolve("c", {"path": MODEL, "revision": "v9"}, hf_home / "hub", offline=False)
     assert external.steps == {0: f"{MODEL}@v9"}
 
 
@@ -219,7 +219,7 @@ def write_evaluated_run(run: Path, steps: dict[int, float]) -> None:
 def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):
     from analysis_fixtures import make_campaign
 
-    from balagg.analysis import load_campaign, table1
+    from balagg.analysis import load_results, table1
 
     hub, run = tmp_path / "base" / "external", tmp_path / "run" / "external"
     write_evaluated_run(hub, {0: 0.25})
@@ -243,7 +243,7 @@ def test_table1_gives_each_checkpoint_a_named_row_with_its_revision(tmp_path):
     latex = table1.to_latex(table, "evalonly")
     assert r"Checkpoint & Origin & Acc@8" in latex and "/runs/x" in latex
     # beside cells: the checkpoint's row says it was evaluated only, its origin follows the notes
-    cells = table1.build_table(load_campaign(make_campaign(tmp_path / "camp")), None, [run / "checkpoint.json"])
+    cells = table1.build_table(load_results(make_campaign(tmp_path / "camp")), None, [run / "checkpoint.json"])
     mixed = table1.to_markdown(cells, "mixed")
     assert "| (checkpoint) | run | (evaluated only) |" in mixed and "/runs/x |" not in mixed
     assert mixed.split("Checkpoints evaluated without training here:", 1)[1].split() == ["-", "run:", "/runs/x"]

@@ -35,7 +35,7 @@ from balagg.layout import (
     CHECKPOINTS_DIR,
     CURVE_FILE,
     EVAL_DIR,
-    MANIFEST_FILE,
+    CELL_MANIFEST_FILE,
     METRICS_FILE,
     SUMMARY_FILE,
     TRAIN_DIR,
@@ -48,8 +48,8 @@ __all__ = [
     "Cell",
     "CellFolder",
     "Problem",
-    "Campaign",
-    "load_campaign",
+    "CampaignResults",
+    "load_results",
     "cell_from_path",
 ]
 
@@ -106,7 +106,7 @@ class CellFolder:
 
 
 @dataclass
-class Campaign:
+class CampaignResults:
     """A campaign's results as tidy tables.
 
     ``evals``: one row per (cell, complete step, benchmark incl. ``mean``) with columns
@@ -150,8 +150,8 @@ class Campaign:
 
 
 def aggregator_order(names: Iterable[str]) -> tuple[str, ...]:
-    """Aggregators in the order of :data:`balagg.aggregation.RULES` (unknown names last, sorted)."""
-    from balagg.aggregators import RULES
+    """Aggregators in the order of :data:`balagg.aggregation.rules.RULES` (unknown names last, sorted)."""
+    from balagg.aggregation.rules import RULES
 
     def rank(name: str) -> tuple[int, str]:
         return (RULES.index(name) if name in RULES else len(RULES), name)
@@ -274,7 +274,7 @@ def _scan_cell(key: Cell, path: Path, problems: list[Problem]) -> tuple[CellFold
     cell = CellFolder(key, path)
     cell.expected_steps |= set(_step_dirs(path / TRAIN_DIR / CHECKPOINTS_DIR))
     cell.expected_steps |= set(_step_dirs(path / EVAL_DIR))
-    manifest = path / MANIFEST_FILE
+    manifest = path / CELL_MANIFEST_FILE
     if manifest.is_file():
         cell.has_manifest = True
         try:
@@ -313,8 +313,8 @@ def _complete_steps(cell: CellFolder, rows: list[dict], benchmarks: Sequence[str
     return kept
 
 
-def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None = None) -> Campaign:
-    """Read a campaign folder.
+def load_results(campaign_dir: str | Path, cells: Iterable[str | Path] | None = None) -> CampaignResults:
+    """Read a campaign folder's results.
 
     ``cells``: paths inside (or equal to) the cell folders that make up the grid, e.g. the curve files a
     workflow rule receives; default: every cell folder found. The grid is the given cells, or the
@@ -358,7 +358,7 @@ def load_campaign(campaign_dir: str | Path, cells: Iterable[str | Path] | None =
         train = pd.DataFrame(columns=[*coord_columns, "step"])
     train = train.sort_values([*coord_columns, "step"]).drop_duplicates([*coord_columns, "step"], keep="last")
     problems.sort(key=lambda p: (p.cell or Cell("", "", "", -1), p.step if p.step is not None else -1, p.kind))
-    return Campaign(
+    return CampaignResults(
         root=root,
         grid=tuple(grid),
         cells=cell_map,

@@ -38,6 +38,17 @@ def test_the_batches_hold_what_engines_differ_on():
         assert (batch.lengths >= 1).all() and len(set(batch.lengths.tolist())) > 3
 
 
+def test_the_batches_tell_balanced_agg_from_its_mass_generalisation():
+    """With binary rewards every advantage of a side has one size, and balanced-agg-mass is balanced-agg:
+    the graded group is what lets the check name an engine's balanced option by the rule it really is."""
+    from balagg.aggregation import aggregation_weights
+
+    for batch in seeded_batches(3):
+        plain, mass = (aggregation_weights(rule, batch.lengths, batch.advantages, batch.group_ids)
+                       for rule in ("balanced-agg", "balanced-agg-mass"))
+        assert (plain - mass).abs().max() > 10 * TOLERANCE
+
+
 def test_a_correct_token_mean_passes_every_split(fake_results):
     correct = fake_results["correct"]
     assert correct.conforms and correct.match == "token-agg" and correct.largest_deviation <= TOLERANCE

@@ -1,10 +1,12 @@
 """Seeded batches of GRPO groups for the conformance check.
 
 Every batch holds ``groups`` groups of ``group_size`` responses with lengths drawn in [1, budget], binary
-rewards and GRPO advantages (population std, :func:`balagg.aggregation.group_advantages`). It always has
-the cases on which engines differ: mixed signs inside a group, a group whose rewards are all equal (zero
-advantages: no gradient, but tokens an engine may count), responses truncated at the budget (length ==
-budget), and lengths that differ within and across groups. Empty responses are left out: they carry no
+rewards but in its last group, and GRPO advantages (population std, :func:`balagg.aggregation.group_advantages`).
+It always has the cases on which engines and rules differ: mixed signs inside a group, a group whose
+rewards are all equal (zero advantages: no gradient, but tokens an engine may count), a group of graded
+rewards (advantages of different sizes on one side: ``balanced-agg-mass`` differs from ``balanced-agg``
+only there), responses truncated at the budget (length == budget), and lengths that differ within and
+across groups. Empty responses are left out: they carry no
 token, so no engine's gradient can show their weight.
 """
 
@@ -46,7 +48,9 @@ class Batch:
 
 def grpo_batch(seed: int, groups: int = 6, group_size: int = 4, budget: int = BUDGET) -> Batch:
     """A seeded batch (module docstring). Group 0 is all correct (zero advantages); every other group
-    holds both signs; one response of group 1 and one of the last group are truncated at the budget."""
+    holds both signs, the last with graded rewards (1, 1/2 and 0, in a seeded order: two sizes of positive
+    advantage, on responses of different lengths); one response of group 1 and one of the last group are
+    truncated at the budget."""
     generator = torch.Generator().manual_seed(seed)
     size = groups * group_size
     lengths = torch.randint(1, budget + 1, (size,), generator=generator)
@@ -57,6 +61,13 @@ def grpo_batch(seed: int, groups: int = 6, group_size: int = 4, budget: int = BU
         rows = slice(group * group_size, (group + 1) * group_size)
         if group == 0:
             rewards[rows] = 1.0
+        elif group == groups - 1:
+            graded = torch.tensor([1.0, 0.5] + [0.0] * (group_size - 2), dtype=torch.float64)
+            rewards[rows] = graded[torch.randperm(group_size, generator=generator)]
+            positive = [row for row in range(rows.start, rows.stop) if rewards[row] > 0 and row != size - 1]
+            other = next(row for row in range(rows.start, rows.stop) if rewards[row] > 0 and row != positive[0])
+            if lengths[positive[0]] == lengths[other]:  # the side's lengths differ, or its masses do not show
+                lengths[positive[0]] = max(1, int(lengths[other]) // 2)
         else:
             correct = 1 + int(torch.randint(0, group_size - 1, (1,), generator=generator))
             order = torch.randperm(group_size, generator=generator)[:correct]

@@ -124,6 +124,20 @@ def test_checkpoint_steps_follow_each_models_own_settings(tmp_path):
     assert grid.checkpoint_steps("tiny-xs") == [0, 3, 6, 7]  # every eval_every, and the last
 
 
+def test_a_model_the_workflow_builds_is_checked_against_its_shape_before_it_exists(tmp_path, monkeypatch, capsys):
+    from balagg.grid import checks
+
+    monkeypatch.chdir(tmp_path)
+    grid = grid_of(tmp_path, "default")
+    assert not Path(grid.model_source("tiny-s")).exists()
+    assert checks.check_context(grid, "tiny-s") == 1024  # tiny-s's max_position_embeddings
+    assert "no config.json" not in capsys.readouterr().err  # nothing deferred, nothing to say
+    grid = grid_of(tmp_path, "default", train={"max_completion_length": 1000})
+    with pytest.raises(ValueError, match=r"model tiny-s: training needs prompt 64 .* = 1064 tokens, more than its "
+                                         r"context of 1024 tokens \(its max_position_embeddings 1024\)"):
+        checks.check_context(grid, "tiny-s")
+
+
 # ---- resources
 
 

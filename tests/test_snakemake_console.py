@@ -62,8 +62,8 @@ def test_a_run_is_a_line_of_jobs_a_line_per_tenth_and_the_log_path():
     lines = stream.getvalue().splitlines()
     assert lines[0] == "20 jobs to run: train 19, all 1"
     progress = [line for line in lines if line.startswith("[")]
-    assert len(progress) == 10 and progress[0] == "[ 2/20 jobs,  10%] done: train tiny-s/1"
-    assert progress[-1] == "[20/20 jobs, 100%] done: all tiny-s/19"
+    assert len(progress) == 10 and progress[0] == "[ 2/20 jobs,  10%] done: train tiny-s/seed1"
+    assert progress[-1] == "[20/20 jobs, 100%] done: all tiny-s/seed19"
     assert lines[-1] == "Complete log(s): /abs/.snakemake/log/run.snakemake.log"
     assert len(lines) == 12  # no header, no job blocks, no routine lines
 
@@ -98,10 +98,10 @@ def test_on_a_terminal_progress_is_one_line_redrawn_in_place():
     text = stream.getvalue()
     assert text.count("\r\x1b[K") > 5
     lines = text.replace("\r\x1b[K", "\n").split("\n")
-    assert "[5/5 jobs, 100%] done: all tiny-s/4" in lines and "a warning" in lines
+    assert "[5/5 jobs, 100%] done: all tiny-s/seed4" in lines and "a warning" in lines
     assert text.endswith("\n") and "rule train:" not in text
     # the last line stays put: what Snakemake prints after the last job (the log's path) comes below it
-    assert text.index("[5/5 jobs, 100%] done: all tiny-s/4\n") < text.index("Complete log(s)")
+    assert text.index("[5/5 jobs, 100%] done: all tiny-s/seed4\n") < text.index("Complete log(s)")
 
 
 def test_a_dry_run_prints_what_snakemakes_own_console_prints():

@@ -19,7 +19,7 @@ def test_paper_grid_checks_contexts_at_dag_build(workdir, tmp_path, monkeypatch)
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     # Qwen3-1.7B is not in the cache: its check waits for the train job; Qwen2.5-Math-7B has the override
     result = snakemake("-n", "-p", "--configfile", "configs/paper.yaml", cwd=workdir)
-    assert ("model qwen3-1.7b: no config.json of Qwen/Qwen3-1.7B yet (not fetched or built); the context check "
+    assert ("model qwen3-1.7b: no config.json of Qwen/Qwen3-1.7B yet (not fetched); the context check "
             "runs in the train job at start") in result.stderr
     assert "qwen2.5-math-7b: no config.json" not in result.stderr
     jobs = re.split(r"^\[[^\n]*\]$", result.stdout, flags=re.MULTILINE)  # the templates hold blank lines

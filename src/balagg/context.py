@@ -110,18 +110,24 @@ def read_model_config(path: Path) -> dict:
 
 
 def check_model_lengths(model: str, source: str | os.PathLike, override: int | None,
-                        lengths: dict[str, tuple[int, int]], cache_dir: str | os.PathLike | None = None) -> int | None:
+                        lengths: dict[str, tuple[int, int]], cache_dir: str | os.PathLike | None = None,
+                        planned: dict | None = None) -> int | None:
     """Check every ``what -> (prompt, completion)`` of ``lengths`` against ``source``'s effective context.
 
-    Returns the effective context, or None when ``source``'s config.json is not available yet (a hub id not
-    fetched, a model the workflow builds): then the caller must check again where it is (the train job)."""
+    ``planned``: for a model the workflow builds, the context keys of the config.json it will write, read
+    while that file does not exist yet. Returns the effective context, or None when ``source``'s config.json
+    is not available yet and nothing is planned (a hub id not fetched): then the caller must check again
+    where it is (the train job)."""
     if override is not None:
         context = effective_context({}, override, f"model {model}")
     else:
         path = find_model_config(source, cache_dir)
-        if path is None:
+        if path is not None:
+            context = effective_context(read_model_config(path), None, str(path))
+        elif planned is not None:
+            context = effective_context(planned, None, f"model {model} (built by the workflow)")
+        else:
             return None
-        context = effective_context(read_model_config(path), None, str(path))
     for what, (prompt, completion) in lengths.items():
         check_fits(model, context, prompt, completion, what, override)
     return context

@@ -29,6 +29,8 @@ import re
 import sys
 import time
 
+from balagg.layout import SEED_PREFIX
+
 QUIET_SECONDS = 60.0
 """Off a terminal, the longest a run goes without a progress line while jobs finish."""
 
@@ -43,7 +45,10 @@ NOISE = re.compile(
 
 
 def _wildcards(wildcards) -> str:
-    return "/".join(str(value) for value in (wildcards or {}).values())
+    """A job's wildcards as the path they name: values joined by "/", a seed spelled as in a cell's folder
+    (``seed0``, balagg.layout.CELL_PATTERN), so a train job reads as the cell its evaluation jobs name."""
+    return "/".join(f"{SEED_PREFIX}{value}" if name == "seed" else str(value)
+                    for name, value in (wildcards or {}).items())
 
 
 class Console:

@@ -47,7 +47,7 @@ rule tinyworld_model:
     params:
         out=output_dir,
         raw=lambda wildcards, input: os.path.dirname(input.raw),
-        size=lambda wildcards: GRID.models[wildcards.model].get("tinyworld_size", wildcards.model),
+        size=lambda wildcards: GRID.tinyworld_size(wildcards.model),
         seed=config["tinyworld"]["seed"],
         sft_steps=config["tinyworld"]["sft_steps"],
         sft_length_buckets=config["tinyworld"]["sft_length_buckets"],

@@ -12,6 +12,7 @@ from balagg.context import check_model_lengths
 from balagg.grid.grid import Grid
 from balagg.grid.targets import external_run
 from balagg.layout import MERGED_DIR, step_dirname
+from balagg.tinyworld.model import context_config
 from balagg.train.config import CellConfig
 
 
@@ -52,17 +53,19 @@ def resolve_externals(grid: Grid, hub_cache: str | os.PathLike, offline: bool,
 @cache
 def check_context(grid: Grid, model: str):
     """Prompt + completion (training) and prompt + eval budget fit the model's effective context: checked
-    when its config.json is local or in the HF cache (ValueError if not); otherwise the train job checks at
-    start (balagg.context) and this says so on stderr, once per grid and model. The effective context, or
-    None."""
+    when its config.json is local or in the HF cache, or for a model the workflow builds, against the
+    config it will write (ValueError if not); otherwise (a hub model not fetched yet) the train job checks
+    at start (balagg.context) and this says so on stderr, once per grid and model. The effective context,
+    or None."""
     settings, spec = grid.full_train_settings(model), grid.models[model]
     prompt = settings["max_prompt_length"]
     lengths = {"training": (prompt, settings["max_completion_length"]),
                "evaluation": (prompt, grid.config["eval"]["max_tokens"])}
     source = grid.model_source(model)
-    context = check_model_lengths(model, source, spec.get("max_position_embeddings"), lengths)
+    planned = context_config(grid.tinyworld_size(model)) if grid.builds_model(model) else None
+    context = check_model_lengths(model, source, spec.get("max_position_embeddings"), lengths, planned=planned)
     if context is None:
-        print(f"balagg: model {model}: no config.json of {source} yet (not fetched or built); "
+        print(f"balagg: model {model}: no config.json of {source} yet (not fetched); "
               "the context check runs in the train job at start", file=sys.stderr)
     return context
 

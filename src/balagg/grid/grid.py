@@ -90,6 +90,11 @@ class Grid:
             return os.path.join(self.results, layout.MODELS_DIR, model)
         return self.models[model]["path"]
 
+    def tinyworld_size(self, model: str) -> str:
+        """The tiny-world shape (balagg.tinyworld.model.SIZES) a model the workflow builds takes: its
+        ``tinyworld_size``, else its name."""
+        return self.models[model].get("tinyworld_size") or model
+
     def model_family(self, model: str) -> str:
         """The tiny-world task family of a model's problems (balagg.tinyworld.regimes.model_family)."""
         from balagg.tinyworld.regimes import model_family

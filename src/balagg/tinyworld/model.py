@@ -73,6 +73,14 @@ SIZES: dict[str, ModelSize] = {
 (configs/default.yaml); tiny-m (~0.6M) costs about twice tiny-s per step, tiny-l (~2.4M) 2-4x more."""
 
 
+def context_config(size: str) -> dict:
+    """The context keys of the config.json :func:`build_model` writes for ``size``, known before it is built
+    (balagg.context checks a campaign's lengths against them)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(SIZES)}")
+    return {"max_position_embeddings": SIZES[size].max_position_embeddings}
+
+
 def build_tokenizer():
     """The character-level tokenizer as a ``PreTrainedTokenizerFast`` (left padding, chat template)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers

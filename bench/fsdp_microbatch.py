@@ -35,7 +35,7 @@ Every process (one per GPU) does to its GPU what a train job of configs/paper.ya
    The plan's own figure for the paper's node (``balagg plan``, CUDA context and NCCL included) is recorded
    beside it.
 
-``--quick``: tiny shapes and 4 x (16 + 48) tokens, on the CPU over gloo when there is no GPU (no engine);
+``--quick``: tiny shapes and ``micro_batch_size`` (the 7B's, 2) x (16 + 48) tokens, on the CPU over gloo when there is no GPU (no engine);
 the peak resident set replaces the CUDA figures. It proves the code path, not the figures.
 Rank 0 writes the JSON to ``--out``.
 """

@@ -291,7 +291,8 @@ def microbatch(workdir: Path, processes: int, timeout: float, dry: bool) -> dict
     low = figures.get("plan_low_by")
     if low is not None and low > PLAN_LOW_LIMIT:
         raise RuntimeError(f"the memory model is low: it expects {figures['expected_allocated_gib']} GiB allocated, "
-                           f"the run peaked at {figures['peak_allocated_gib']} GiB ({low:.1%} more; figures {out})")
+                           f"the run peaked at {figures['peak_allocated_gib']} GiB (the model is low by {low:.1%} of the peak; "
+                           f"figures {out})")
     return figures
 
 

@@ -370,6 +370,10 @@ def test_a_retry_inside_the_stopped_job_starts_no_cycle_it_cannot_finish(no_job_
     assert "not started" in too_late_to_start(stopped, 10_000.0 + 700, 3600.0, clock)  # 600 + 200 + 180 > 700
     assert too_late_to_start(stopped, 10_000.0 + 1000, 3600.0, clock) is None
     assert too_late_to_start(None, 10_000.0, 3600.0, clock) is None  # a first attempt always trains a cycle
+    # a limit shorter than a cycle with two saves and the margin: a fresh job still starts (refusing would
+    # spend every retry), a job with less than its whole limit left does not
+    assert too_late_to_start(stopped, 10_000.0 + 780, 800.0, clock) is None  # 780 >= 800 - 40, below 600 + 200 + 40
+    assert "not started" in too_late_to_start(stopped, 10_000.0 + 700, 800.0, clock)
     assert too_late_to_start({"step": 6, "reason": "signal SIGTERM", "cycle_seconds": None}, 10_000.0, 60, clock) is None
 
     cell, workdir = _fake_finished_cell(tmp_path, total=8)  # no model exists: a training would fail

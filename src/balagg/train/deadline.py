@@ -144,7 +144,9 @@ def slurm_time_left(job_id: str, run: Callable = subprocess.run) -> float | None
 
 def job_deadline(limit_s: float | None, start_time: float | None = None,
                  clock: Callable[[], float] = time.time, time_left: Callable = slurm_time_left) -> float | None:
-    """The epoch second the job must have stopped by (module docstring); None without a limit."""
+    """The epoch second the job must have stopped by (module docstring): the earliest of this job's start
+    plus ``limit_s`` and Slurm's end of the job (``SLURM_JOB_END_TIME``, else squeue's time left when there
+    is a limit); None when neither is known."""
     given = _epoch(DEADLINE_ENV)
     if given is not None:
         return given
@@ -166,13 +168,16 @@ def too_late_to_start(stopped: dict | None, deadline: float | None, limit_s: flo
                       clock: Callable[[], float] = time.time) -> str | None:
     """Why an attempt should not start (None: it can): the previous attempt stopped at its time limit
     (``stopped``: its ``stopped.json``) and this job's time left holds neither that attempt's longest recent
-    cycle with two saves nor the margin, so a cycle started now would end past the limit."""
+    cycle with two saves nor the margin, so a cycle started now would end past the limit. A job with its
+    whole limit ahead (all but the margin) always starts: the next job would have no more time, and the
+    stopped attempt made progress in as much."""
     if not stopped or deadline is None or not stopped.get("cycle_seconds"):
         return None
     cycle, save = float(stopped["cycle_seconds"]), float(stopped.get("save_seconds") or DEFAULT_SAVE_S)
-    needed = cycle + 2 * save + margin_seconds(limit_s if limit_s is not None else cycle)
+    margin = margin_seconds(limit_s if limit_s is not None else cycle)
+    needed = cycle + 2 * save + margin
     left = deadline - clock()
-    if left >= needed:
+    if left >= needed or (limit_s is not None and left >= limit_s - margin):
         return None
     return (f"{max(left, 0):.0f} s of the job's time left, a cycle with its saves needs about {needed:.0f} s "
             f"(the last attempt's, stopped at step {stopped.get('step')}): not started; the next job resumes")

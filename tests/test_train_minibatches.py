@@ -331,3 +331,21 @@ def test_rule_parameters_and_the_padded_width_reach_the_step_weights():
     assert not torch.allclose(
         aggregation_weights("delta-l-norm", lengths, advantages, groups, max_length=MAX_LEN, alpha=0.75),
         aggregation_weights("delta-l-norm", lengths, advantages, groups, max_length=MAX_LEN))
+
+
+def test_the_padded_width_counts_tool_output_that_the_loss_masks(model_dir, tmp_path):
+    """seq-mean-token-sum-norm divides by the rows' padded width: the longest completion, tool tokens included,
+    though a tool mask keeps them out of the loss (and out of the lengths the other rules read)."""
+    from balagg.aggregation import aggregation_weights
+
+    trainer = untrained(model_dir, tmp_path, per_device_train_batch_size=4, per_device_eval_batch_size=4,
+                        aggregation="seq-mean-token-sum-norm")
+    trainer.model.eval()
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]])
+    tool = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]])  # row 0's last two: tool output
+    advantages = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    out = trainer._weight_advantages({"completion_mask": mask, "tool_mask": tool, "advantages": advantages},
+                                     torch.arange(4))
+    lengths, groups = torch.tensor([2, 2, 1, 3]), torch.zeros(4, dtype=torch.long)
+    weights = aggregation_weights("seq-mean-token-sum-norm", lengths, advantages, groups, padded_width=4)
+    assert torch.allclose(out["advantages"], advantages * weights * 4 * MAX_LEN)  # 1 / (G x 4), not 1 / (G x 3)

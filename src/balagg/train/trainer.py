@@ -103,11 +103,11 @@ def importance_sampling_masked_fractions(counts: torch.Tensor) -> dict[str, floa
             "vllm_is_masked_token_frac": masked_tokens / tokens if tokens else nan}
 
 
-def rule_settings(alpha: float | None, lengths: torch.Tensor) -> dict[str, Any]:
+def rule_settings(alpha: float | None, widths: torch.Tensor) -> dict[str, Any]:
     """What a rule's weights take besides the batch: delta-l-norm's ``alpha`` and the generation batch's
-    padded width, its longest completion (TRL pads a rollout batch to it; ``seq-mean-token-sum-norm``
-    divides by it)."""
-    width = float(lengths.max()) if lengths.numel() else 0.0
+    padded width, its longest completion (``widths``: each row's completion tokens, tool output included;
+    TRL pads a rollout batch to the longest; ``seq-mean-token-sum-norm`` divides by it)."""
+    width = float(widths.max()) if widths.numel() else 0.0
     return {"alpha": alpha, "padded_width": width if width > 0 else None}
 
 
@@ -294,10 +294,9 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         """Fold the rule's weights into this process's advantages (rows still in generation order;
         ``order`` is the order they will be trained in, which fixes micro-batches and optimiser steps)."""
         mode = "train" if self.model.training else "eval"
-        mask = output["completion_mask"]
-        if output.get("tool_mask") is not None:
-            mask = mask * output["tool_mask"]
-        local_lengths = mask.sum(dim=1)
+        mask, tool_mask = output["completion_mask"], output.get("tool_mask")
+        local_widths = mask.sum(dim=1)  # completion tokens, tool output included: what the rows are padded to
+        local_lengths = local_widths if tool_mask is None else (mask * tool_mask).sum(dim=1)
         local_advantages = output["advantages"]
         if local_advantages.dim() != 1:
             raise ValueError("AggregatedGRPOTrainer expects one advantage per response")
@@ -306,16 +305,17 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         device = local_lengths.device
         gather = self.accelerator.gather
         lengths = gather(local_lengths).cpu()
+        widths = lengths if local_widths is local_lengths else gather(local_widths).cpu()
         advantages = gather(local_advantages).cpu()
         micro_batches = gather(micro_batch.to(device)).cpu()
         steps = gather(step.to(device)).cpu()
         group_ids = torch.arange(lengths.numel()) // self.num_generations
         if mode == "train":
-            weights = self.step_weights(lengths, advantages, group_ids, micro_batches, steps)
+            weights = self.step_weights(lengths, advantages, group_ids, micro_batches, steps, widths=widths)
         else:  # one evaluation batch: the rule over it
             weights = aggregation_weights(self.aggregation, lengths, advantages, group_ids, scope=self.aggregation_scope,
                                           max_length=self.max_completion_length, micro_batch_ids=micro_batches,
-                                          **rule_settings(self.aggregation_alpha, lengths))
+                                          **rule_settings(self.aggregation_alpha, widths))
         start = self.accelerator.process_index * rows
         local_weights = weights[start:start + rows].to(local_advantages.device)
         scale = local_weights.to(local_advantages.dtype) * self._aggregation_constant(mode)
@@ -337,13 +337,16 @@ class AggregatedGRPOTrainer(GRPOTrainer):
         return micro_batch, chunk // self.args.gradient_accumulation_steps
 
     def step_weights(self, lengths: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor,
-                     micro_batches: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+                     micro_batches: torch.Tensor, steps: torch.Tensor, widths: torch.Tensor | None = None
+                     ) -> torch.Tensor:
         """Each response's weight in the gradient of the optimiser step it is trained in (gathered rows).
 
         Applied per optimiser step (``steps``) for group-preserving mini-batches and for micro-batch
-        rules; otherwise over the whole generation batch, times the number of mini-batches."""
+        rules; otherwise over the whole generation batch, times the number of mini-batches. ``widths``:
+        each row's completion tokens with tool output (default ``lengths``, the loss tokens), whose largest
+        is the padded width (:func:`rule_settings`)."""
         rule, scope, max_length = self.aggregation, self.aggregation_scope, self.max_completion_length
-        settings = rule_settings(self.aggregation_alpha, lengths)
+        settings = rule_settings(self.aggregation_alpha, lengths if widths is None else widths)
         if not (self.group_preserving_minibatches or rule in MICRO_BATCH_RULES):
             return aggregation_weights(rule, lengths, advantages, group_ids, scope=scope,
                                        max_length=max_length, **settings) * self.mini_batches

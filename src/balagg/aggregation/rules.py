@@ -237,7 +237,8 @@ class Aggregator:
     """The rule parameters its weights read."""
     verl_estimator: bool = True
     """The verl plug-in offers it as an advantage estimator (:mod:`balagg.integrations.verl`; the constant
-    length of ``dr-grpo`` and ``delta-l-norm`` is then verl's padded width, ``rollout.response_length``).
+    length of ``dr-grpo`` and ``delta-l-norm`` is then ``algorithm.balagg_max_length``, by default the
+    batch's padded width).
     Not the micro-batch rules: an estimator sees the batch, not how the actor will cut it."""
     reference: str = ""
     """Where the rule is published: paper and code."""

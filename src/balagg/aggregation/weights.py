@@ -302,8 +302,8 @@ def length_diagnostics(
         ``token_weight/<rule>/pos_long|pos_short``: the effective weight per token w_i |A_i| averaged
         over correct (A > 0) responses longer than / at most the median length of the batch's correct
         responses (NaN when a half is empty): seq-agg gives long correct responses less per token.
-        ``dr-grpo`` is included only when ``max_length`` is given; ``token-agg-microbatch`` never (its
-        weights belong to a micro-batch split, not to the batch).
+        ``dr-grpo`` and ``delta-l-norm`` are included only when ``max_length`` is given;
+        ``token-agg-microbatch`` never (its weights belong to a micro-batch split, not to the batch).
     Undefined statistics (no mixed group, empty batch) are NaN.
     """
     lengths64, advantages64, index, n_groups, _ = _validated(lengths, advantages, group_ids, "group")
@@ -346,7 +346,7 @@ def length_diagnostics(
     pos_short = positive & ~pos_long
     for record in (aggregator(rule) for rule in (rules if rules is not None else RULES)):
         if (record.needs_max_length and max_length is None) or record.needs_micro_batches:
-            continue  # dr-grpo needs max_length; token-agg-microbatch depends on the micro-batch split
+            continue  # dr-grpo and delta-l-norm need max_length; token-agg-microbatch needs the micro-batches
         rule = record.name
         weights = aggregation_weights(
             rule, lengths64, advantages64, index, scope=record.default_scope, max_length=max_length

@@ -67,7 +67,7 @@ def grpo_batch(seed: int, groups: int = 6, group_size: int = 4, budget: int = BU
             positive = [row for row in range(rows.start, rows.stop) if rewards[row] > 0 and row != size - 1]
             other = next(row for row in range(rows.start, rows.stop) if rewards[row] > 0 and row != positive[0])
             if lengths[positive[0]] == lengths[other]:  # the side's lengths differ, or its masses do not show
-                lengths[positive[0]] = max(1, int(lengths[other]) // 2)
+                lengths[positive[0]] = int(lengths[other]) // 2 if lengths[other] > 1 else 2
         else:
             correct = 1 + int(torch.randint(0, group_size - 1, (1,), generator=generator))
             order = torch.randperm(group_size, generator=generator)[:correct]

@@ -100,6 +100,13 @@ def test_a_grid_states_how_long_it_trains_and_how_often_it_evaluates(tmp_path):
     ({"datasets": {}}, "datasets: a grid .* needs at least one entry"),
     ({"models": {"bad name": {"path": "tinyworld"}}}, r"models.bad name: the name must match \^\[A-Za-z0-9\]"),
     ({"seeds": [0, "x"]}, "seeds.1: 'x' is not of type 'integer'"),
+    ({"train_retries": 2.0}, "train_retries: 2.0 is not of type 'integer'"),  # an int, named by its key
+    ({"models": {"tiny-s": {"path": "tinyworld", "tinyworld_size": "tiny-q"}}},
+     "models.tiny-s.tinyworld_size: 'tiny-q' is not one of"),
+    ({"models": {"small": {"path": "tinyworld"}}},
+     "models.small.tinyworld_size: a tiny-world model whose name is not a size needs one"),
+    ({"models": {"tiny-s": {"path": ""}}}, "models.tiny-s.path: '' should be non-empty"),
+    ({"plan": {"bench_problems": {"math-500": 5}}}, r"plan.bench_problems.math-500: unknown key \(did you mean math500\?\)"),
 ])
 def test_relations_and_names_are_one_line_naming_the_file(tmp_path, change, message):
     config = yaml.safe_load((CONFIGS / "smoke.yaml").read_text()) | change

@@ -37,6 +37,7 @@ from balagg.layout import CAMPAIGN_DIRS, NAME_PATTERN, TINYWORLD_SOURCE
 from balagg.plan import Rates
 from balagg.prompts import ANSWER_FORMATS, DEFAULT_ANSWER_FORMAT, DEFAULT_CHAT_TEMPLATE
 from balagg.settings import AnalysisDefaults, DataDefaults, EvalDefaults, TinyWorldDefaults
+from balagg.tinyworld.model import SIZES
 from balagg.tinyworld.regimes import REGIMES
 from balagg.train.config import CellConfig
 
@@ -78,8 +79,9 @@ class Model(ModelSettings):
     config_name = "models"
 
     path: str = setting(help=f'hub id or local folder of the initial policy; "{TINYWORLD_SOURCE}" builds a tiny '
-                             "model")
-    tinyworld_size: str | None = setting(None, "size name of the tiny model (path = tinyworld)", optional=True)
+                             "model", min_length=1)
+    tinyworld_size: str | None = setting(None, "size name of the tiny model (path = tinyworld; default: the "
+                                         "model's name)", choices=tuple(SIZES), optional=True)
     tinyworld_regime: str | None = setting(
         None, "laboratory length regime of the tiny model's warm start (docs/laboratory.md); it sets the task "
         "family of the model's training sets and benchmarks", choices=tuple(REGIMES), optional=True)
@@ -122,7 +124,7 @@ def _plan_section() -> type:
     fields += [
         ("bench_problems", dict[str, int], setting(
             default_factory=dict, help="problems per benchmark where the data registry has no size (livecodebench) "
-            "or to plan a subset", minimum=1)),
+            "or to plan a subset", minimum=1, choices=names("benchmark"))),
         ("models", dict[str, Annotated[dict, Overrides(Rates, "rates")]], setting(
             default_factory=dict, help="a model's own rates, over the section's")),
     ]
@@ -222,6 +224,10 @@ class Campaign(Checked):
             if name in self.models or name in CAMPAIGN_DIRS:
                 raise ConfigError(("checkpoints", name), "the name is taken by " + (
                     "a model of the grid" if name in self.models else "a campaign folder"))
+        for name, model in self.models.items():
+            if model.path == TINYWORLD_SOURCE and model.tinyworld_size is None and name not in SIZES:
+                raise ConfigError(("models", name, "tinyworld_size"), "a tiny-world model whose name is not a size "
+                                  f"needs one: {', '.join(SIZES)}")
         unknown = [name for name in self.plan.models if name not in self.models]
         if unknown:
             raise ConfigError(("plan", "models", unknown[0]), "not a model of the config")
@@ -338,7 +344,10 @@ def _validator():
                     instance[name] = copy.deepcopy(spec["default"])
         yield from properties(validator, props, instance, schema)
 
-    filling = validators.extend(Draft202012Validator, {"properties": set_defaults})
+    # an integer is an int: 2.0 is refused here, naming its file and key (JSON Schema's own rule accepts it)
+    integers = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, instance: isinstance(instance, int) and not isinstance(instance, bool))
+    filling = validators.extend(Draft202012Validator, {"properties": set_defaults}, type_checker=integers)
     return filling(campaign_schema())
 
 

@@ -29,7 +29,8 @@ BACKENDS = ("auto", "vllm", "transformers")
 class GenerationConfig:
     """Sampling and prompting settings; everything here is recorded in ``generation.json``. The flags of
     ``python -m balagg generate`` are generated from these fields (:mod:`balagg.config_flags`), and so are
-    the flags the workflow gives it (:meth:`balagg.grid.Grid.generation_flags`)."""
+    the flags the workflow gives it (:func:`balagg.grid.arguments.generate_args`, from
+    :meth:`balagg.grid.Grid.generation_settings`)."""
 
     n: int = setting(settings.EVAL.n, "samples per problem", minimum=1)
     temperature: float = setting(settings.EVAL.temperature, "0 = greedy", minimum=0)

@@ -17,8 +17,10 @@ During a run this console prints instead:
   ``--show-failed-logs``), and every message it does not know as noise (a Slurm submission, the workflow's
   own lines), with the path of the complete log at the end.
 
-Dry runs, ``--lint``, ``--summary`` and every invocation that runs no job print exactly what Snakemake's
-default console prints (its filter, formatter and stream), so ``snakemake -n`` still lists every job.
+Dry runs print exactly what Snakemake's default console prints (its filter, formatter and stream), so
+``snakemake -n`` still lists every job. A run prints no shell commands, even under ``-p`` (they are in the
+log file); a run with no job to do prints its messages ("Nothing to be done ...") without the header and
+routine lines.
 Snakemake's log file (``.snakemake/log/``) is written by Snakemake itself, unfiltered by this console.
 """
 

@@ -151,6 +151,23 @@ def test_every_config_dataclass_checks_its_declared_bounds(config_class):
     assert checked >= 3
 
 
+def test_a_setting_carried_by_two_dataclasses_is_declared_once():
+    """setting_of: the field is the owner's again (default and constraints), with its own help and flags."""
+    from balagg.config_schema import setting_of
+
+    @dataclass
+    class Carrier(Checked):
+        config_name = "carrier"
+        share: float = setting_of(Example, "share", "the example's share", aliases=("--part",))
+
+    field = dataclasses.fields(Carrier)[0]
+    assert Carrier().share == 0.5
+    assert dict(field.metadata) == {**dataclasses.fields(Example)[1].metadata, "help": "the example's share",
+                                    "aliases": ("--part",)}
+    with pytest.raises(ValueError, match="share must be <= 1"):
+        Carrier(share=1.5)
+
+
 def test_the_cell_config_refuses_what_only_the_schema_refused_before():
     """A cell.json written by hand meets the declared bounds too (top_p, learning_rate, scale_rewards)."""
     from balagg.train.config import CellConfig

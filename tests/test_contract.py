@@ -125,7 +125,7 @@ def test_figure_scripts_smooth_by_the_workflows_default(script):
 def campaign(**model_train) -> dict:
     return {"campaign": "c", "aggregators": ["seq-agg"], "benchmarks": {"math500": "tinyworld"},
             "datasets": {"d": {"loader": "dapo-math-17k", "source": "tinyworld"}},
-            "models": {"m": {"path": "tinyworld", "train": model_train}},
+            "models": {"m": {"path": "tinyworld", "tinyworld_size": "tiny-s", "train": model_train}},
             "train": {"total_steps": 4, "eval_every": 2}}
 
 

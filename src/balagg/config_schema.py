@@ -67,6 +67,15 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
+def setting_of(owner: type, name: str, help: str | None = None, **metadata: Any) -> Any:  # noqa: A002
+    """A field that is ``owner``'s field ``name`` again: its default and its constraints, declared once where
+    two dataclasses carry one setting (the eval section's sampling and ``generate``'s flags, the verifier's
+    timeouts and ``score``'s). ``help`` and ``metadata`` (e.g. ``aliases=("--flag",)``) replace that field's."""
+    field = next(field for field in dataclasses.fields(owner) if field.name == name)
+    described = dict(field.metadata) | ({} if help is None else {"help": help}) | metadata
+    return dataclasses.field(default=field.default, default_factory=field.default_factory, metadata=described)
+
+
 @dataclass(frozen=True)
 class Overrides:
     """``Annotated[dict, Overrides(SomeConfig, "name")]``: a mapping of some of ``SomeConfig``'s settings

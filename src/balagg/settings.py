@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from balagg.config_schema import Checked, setting
+from balagg.config_schema import Checked, setting, setting_of
 from balagg.benchmarks import PAPER_SAMPLES
 
 DEFAULT_VERIFIER = "balagg.evaluation.verify.math_verifier:verify_math"
@@ -41,7 +41,7 @@ class EvalDefaults(Checked):
     max_tokens: int = setting(8192, minimum=1)
     seed: int = setting(0, minimum=0)
     batch_size: int = setting(64, "prompts per transformers generate batch (CPU path)", minimum=1)
-    code_timeout_s: float = setting(VerifierDefaults.code_timeout_s, exclusive_minimum=0)
+    code_timeout_s: float = setting_of(VerifierDefaults, "code_timeout_s")
     strict_golds: bool = setting(
         False, "stop scoring at a benchmark problem whose gold answer the math verifier cannot parse; by default "
         "such a problem is scored incorrect in every sample (as lighteval scores it), counted per benchmark in "

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from balagg import settings
-from balagg.config_schema import check_settings, setting
+from balagg.config_schema import check_settings, setting, setting_of
 from balagg.prompts import (
     ANSWER_FORMATS,
     CODE_TEMPLATE,
@@ -33,12 +33,12 @@ class GenerationConfig:
     :meth:`balagg.grid.Grid.generation_settings`)."""
 
     n: int = setting(settings.EVAL.n, "samples per problem", minimum=1)
-    temperature: float = setting(settings.EVAL.temperature, "0 = greedy", minimum=0)
-    top_p: float = setting(settings.EVAL.top_p, exclusive_minimum=0, maximum=1)
+    temperature: float = setting_of(settings.EvalDefaults, "temperature", "0 = greedy")
+    top_p: float = setting_of(settings.EvalDefaults, "top_p")
     top_k: int = setting(0, "0 = off", minimum=0)
-    max_tokens: int = setting(settings.EVAL.max_tokens, "new tokens per sample (capped by the context length)",
-                              minimum=1)
-    seed: int = setting(settings.EVAL.seed, "base seed (per-sample seeds derive from it)", minimum=0)
+    max_tokens: int = setting_of(settings.EvalDefaults, "max_tokens",
+                                 "new tokens per sample (capped by the context length)")
+    seed: int = setting_of(settings.EvalDefaults, "seed", "base seed (per-sample seeds derive from it)")
     chat_template: bool = setting(DEFAULT_CHAT_TEMPLATE, "wrap prompts in the tokenizer's chat template, as the "
                                   "training does (the model's chat_template)")
     system_prompt: str | None = setting(None, "system message (chat style)")
@@ -57,8 +57,8 @@ class GenerationConfig:
                                         minimum=1)
     max_position_embeddings: int | None = setting(
         None, "context override, the training's (balagg.context); default: the checkpoint's own", minimum=1)
-    batch_size: int = setting(settings.EVAL.batch_size, "transformers backend: sequences per generate() call",
-                              minimum=1)
+    batch_size: int = setting_of(settings.EvalDefaults, "batch_size",
+                                 "transformers backend: sequences per generate() call")
     num_threads: int = setting(1, "transformers backend: torch intra-op threads", minimum=1, aliases=("--threads",))
     # vLLM engine
     gpu_memory_utilization: float = setting(0.9, "vLLM: share of GPU memory", exclusive_minimum=0, maximum=1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from balagg import settings
-from balagg.config_schema import Checked, setting
+from balagg.config_schema import Checked, setting, setting_of
 from balagg.evaluation.verify.sandbox import SandboxLimits
 from balagg.prompts import ANSWER_FORMATS
 
@@ -19,11 +19,10 @@ class ScoreConfig(Checked):
 
     config_name = "score"
 
-    workers: int = setting(settings.VERIFIER.workers, "verifier processes / concurrent sandboxes", minimum=1)
-    math_timeout_s: float = setting(settings.VERIFIER.math_timeout_s, "seconds per math sample",
-                                    exclusive_minimum=0, aliases=("--math-timeout",))
-    code_timeout_s: float = setting(settings.VERIFIER.code_timeout_s, "wall-clock seconds per code test",
-                                    exclusive_minimum=0, aliases=("--code-timeout",))
+    workers: int = setting_of(settings.VerifierDefaults, "workers")
+    math_timeout_s: float = setting_of(settings.VerifierDefaults, "math_timeout_s", "seconds per math sample",
+                                       aliases=("--math-timeout",))
+    code_timeout_s: float = setting_of(settings.VerifierDefaults, "code_timeout_s", aliases=("--code-timeout",))
     pass_ks: tuple[int, ...] = setting((), "also report unbiased pass@k, e.g. 1,2,4 (k <= n)", minimum=1,
                                        aliases=("--pass-k",))
     allow_missing: bool = setting(

@@ -147,6 +147,19 @@ def test_figure1_marks_bars_that_are_zero_and_names_a_benchmark_no_sample_solved
             in texts(figure, "caption")[0])
 
 
+def test_figure1_names_a_flat_benchmark_only_when_every_setting_shows_it_and_says_if_step_0_solved(tmp_path):
+    results = load_results(make_campaign(tmp_path / "camp"))
+    lcb = results.evals.benchmark == "livecodebench"
+    results.evals.loc[lcb & (results.evals.step > 0), "acc@8"] = 0.0  # the base model solved some at step 0
+    assert figure1.zero_lines(figure1.figure_data(results)) == [
+        "livecodebench: Acc@8 0 at every step after step 0 for every aggregator and setting (no sample of a "
+        "trained checkpoint solved a problem); its bars are flat at 0"]
+    # one setting without a LiveCodeBench value after step 0: the zero bars stand for fewer settings
+    first = (results.evals.model == results.evals.model.iloc[0]) & (results.evals.dataset == results.evals.dataset.iloc[0])
+    results.evals = results.evals[~(lcb & first & (results.evals.step > 0))]
+    assert figure1.zero_lines(figure1.figure_data(results)) == []
+
+
 def test_figure2_says_it_shows_one_model_of_several(tmp_path):
     root = make_campaign(tmp_path / "camp")
     for aggregator in AGGREGATORS:

@@ -121,6 +121,21 @@ def test_a_damaged_json_array_is_refused_with_its_line_and_column(tmp_path, caps
     assert capsys.readouterr().err.count("\n") == 1
 
 
+@pytest.mark.parametrize("first_line", ["[1, 2]", '[{"a":'])
+def test_a_json_lines_file_whose_first_line_is_a_list_loses_only_that_line(tmp_path, first_line):
+    """A ``.jsonl`` file is never read as an array: a first line holding a list, or cut short after its
+    ``[``, is one bad row at line 1, and the other lines are read."""
+    source = tmp_path / "math500.jsonl"
+    source.write_text("\n".join([first_line, *jsonl_lines(2)]) + "\n")
+    from balagg.data.jsonfiles import JsonRows
+
+    assert len(JsonRows([source])) == 3
+    report = prepare("math500", source, tmp_path / "out.jsonl", on_bad_row="skip")
+    assert report.rows_read == 3 and report.written == 2
+    assert [(b["id"], b["line"], b["file"]) for b in report.bad_rows] == [("math500-0000", 1, str(source))]
+    assert [r["id"] for r in read_jsonl(tmp_path / "out.jsonl")] == ["math500-0001", "math500-0002"]
+
+
 def test_json_lines_in_a_json_file(tmp_path):
     source = tmp_path / "demo.json"
     source.write_text("\n".join(jsonl_lines(2)) + "\n")

@@ -210,6 +210,81 @@ def test_a_cells_run_shows_its_headline_metrics_and_a_reevaluation_replaces_them
     log_eval_curve(store, manifest, curve_rows({0: (0.1, 0.2), 2: (0.25, 0.6), 4: (0.5, 0.8)}))  # re-scored
     held = client.get_run(run_id).data.metrics
     assert held["peak/acc_at_8"] == 0.5 and held["last/best_at_8"] == 0.8
+    # re-scored lower: the latest point wins, not the largest (MLflow breaks a tie of step and time by value)
+    log_eval_curve(store, manifest, curve_rows({0: (0.1, 0.2), 2: (0.15, 0.6), 4: (0.1, 0.4)}))
+    held = client.get_run(run_id).data.metrics
+    assert held["peak/acc_at_8"] == 0.15 and held["last/best_at_8"] == 0.4
+    assert len(client.get_metric_history(run_id, "peak/acc_at_8")) == 3
+
+
+def live_runs(store: str, experiment: str, cell: str) -> list:
+    import mlflow
+
+    mlflow.set_tracking_uri(store)
+    return mlflow.search_runs(experiment_names=[experiment], output_format="list", filter_string=f"tags.cell = '{cell}'")
+
+
+@pytest.mark.slow  # an MLflow SQLite store (its migrations)
+def test_a_run_made_for_evaluation_supersedes_the_cells_earlier_run(tmp_path):
+    """Training ran with tracking on under one config, the evaluation of a later config finds no run of its
+    config hash (training ran with tracking off) and makes one: that run replaces the earlier one, so the
+    cell keeps one live run, as after a retrain."""
+    import mlflow
+
+    from balagg.tracking import Tracker, cell_run_tags, log_eval_curve
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cell = "tiny-s/arith/balanced-agg/seed0"
+    tracker = Tracker(store)
+    old_id = tracker.start(experiment="e", run_name=cell, run_id=None, params={},
+                           tags=cell_run_tags(cell, "tiny-s", "arith", "balanced-agg", 0, "old", None))
+    tracker.end()
+    manifest = {"cell": cell, "model": "tiny-s", "dataset": "arith", "aggregator": "balanced-agg", "seed": 0,
+                "config_hash": "new", "config": {"mlflow_experiment": "e"}, "checkpoints": [{"step": 2}]}
+    status = log_eval_curve(store, manifest, curve_rows({0: (0.1, 0.2), 2: (0.3, 0.6)}))
+    assert status["status"] == "ok" and status["run_id"] != old_id
+    assert [run.info.run_id for run in live_runs(store, "e", cell)] == [status["run_id"]]
+    old = mlflow.MlflowClient(tracking_uri=store).get_run(old_id)
+    assert old.data.tags["superseded_by"] == status["run_id"] and old.info.lifecycle_stage == "deleted"
+    assert log_eval_curve(store, manifest, curve_rows({0: (0.1, 0.2), 2: (0.3, 0.6)}))["run_id"] == status["run_id"]
+
+
+@pytest.mark.slow  # an MLflow SQLite store (its migrations)
+def test_an_earlier_run_that_cannot_be_superseded_costs_a_warning_not_the_new_run(tmp_path, monkeypatch, caplog):
+    """One earlier run deleted meanwhile (by a concurrent retrain): superseding it fails, with one warning
+    naming it; the other earlier run is superseded, and the new run is tracked and its id returned, to be
+    written beside the cell."""
+    import mlflow
+
+    from balagg import tracking
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(store)
+    mlflow.set_experiment("e")
+    earlier = []
+    for _ in range(2):  # two live runs of the cell (made before runs were superseded)
+        with mlflow.start_run(run_name="c", tags={"cell": "c"}) as run:
+            earlier.append(run.info.run_id)
+    client = mlflow.MlflowClient(tracking_uri=store)
+    found = tracking.live_cell_runs
+
+    def deleted_meanwhile(mlflow_module, experiment, cell):
+        runs = found(mlflow_module, experiment, cell)
+        client.delete_run(earlier[0])
+        return runs
+
+    monkeypatch.setattr(tracking, "live_cell_runs", deleted_meanwhile)
+    tracker = tracking.Tracker(store)
+    with caplog.at_level(logging.WARNING, logger="balagg.tracking"):
+        run_id = tracker.start(experiment="e", run_name="c", run_id=None, tags={"cell": "c"}, params={"a": 1})
+    assert run_id is not None and tracker.run_id == run_id and tracker.active
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and earlier[0] in warnings[0] and "\n" not in warnings[0]
+    tracker.log_metrics({"pg_loss": 1.0}, step=1)
+    tracker.end()
+    assert client.get_run(run_id).info.status == "FINISHED" and client.get_run(run_id).data.metrics == {"pg_loss": 1.0}
+    assert client.get_run(earlier[1]).data.tags["superseded_by"] == run_id
+    assert [run.info.run_id for run in live_runs(store, "e", "c")] == [run_id]
 
 
 @pytest.mark.slow  # an MLflow SQLite store (its migrations)

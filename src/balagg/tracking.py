@@ -2,7 +2,7 @@
 
 One run per cell: a retrain from scratch replaces the cell's run, and the run it replaces is deleted
 (MLflow's soft delete: out of the runs table and every search by default, restorable from the
-Deleted filter, tagged ``superseded_by``). Each cell's run carries its six-benchmark peak and last
+Deleted filter, tagged ``superseded_by``). Each cell's run carries its benchmark-mean peak and last
 Acc@8/Best@8 (:data:`HEADLINE_METRICS`, Table 1's values for one seed), and every campaign's experiment
 holds a saved view of the runs table (:data:`RUNS_VIEW_ID`) that shows them beside the aggregator.
 
@@ -69,8 +69,10 @@ class Tracker:
 
         Resuming (``run_id`` given) reads the points the run already holds, and :meth:`log_metrics` skips
         every (key, step) among them, so a step retrained after a resume is logged once. A new run (a
-        retrain from scratch) first ends every earlier live run of the same cell (tag ``cell``)
+        retrain from scratch) then ends every earlier live run of the same cell (tag ``cell``)
         explicitly: status KILLED and tag ``superseded_by`` = the new run, so one live run per cell remains.
+        An earlier run that cannot be superseded costs a warning naming it, not the new run
+        (:func:`supersede`).
         """
         if self.uri is None:
             return None
@@ -142,11 +144,17 @@ def live_cell_runs(mlflow, experiment: str, cell: str) -> list[str]:
 def supersede(client, run_ids: list[str], new_run_id: str) -> None:
     """End the earlier runs of a cell explicitly (KILLED, tagged with the run that replaces them) and delete
     them: out of the default view and of every default search, so the cell has one run; MLflow keeps a
-    deleted run restorable until ``mlflow gc``."""
+    deleted run restorable until ``mlflow gc``. Each run is best-effort: one that cannot be superseded
+    (deleted meanwhile, a store error) costs one warning naming it, never the new run, nor the others."""
     for run_id in run_ids:
-        client.set_tag(run_id, SUPERSEDED_TAG, new_run_id)
-        client.set_terminated(run_id, status="KILLED")
-        client.delete_run(run_id)
+        try:
+            client.set_tag(run_id, SUPERSEDED_TAG, new_run_id)
+            client.set_terminated(run_id, status="KILLED")
+            client.delete_run(run_id)
+        except Exception as error:  # noqa: BLE001 - the new run stands whatever happens to an old one
+            log.warning("MLflow run %s could not be superseded by %s (%s: %s); it is left as it is",
+                        run_id, new_run_id, type(error).__name__, (str(error).splitlines() or [""])[0])
+            continue
         log.info("MLflow run %s superseded by %s and deleted (the cell is retrained from scratch)",
                  run_id, new_run_id)
 
@@ -168,7 +176,7 @@ EXPERIMENT_TAGS = {
         "One run per grid cell, named model/dataset/aggregator/seedN and tagged model, dataset, aggregator, "
         "seed: filter with e.g. `tags.aggregator = 'balanced-agg'`, group the chart view by the aggregator "
         "tag to compare the aggregators' curves (train metrics per step, eval/<benchmark>/acc_at_8 per "
-        "checkpoint). The view in the Views menu shows each cell's aggregator with its six-benchmark peak and "
+        "checkpoint). The view in the Views menu shows each cell's aggregator with its benchmark-mean peak and "
         "last Acc@8 and Best@8 (peak/acc_at_8, ...; Table 1's values for one seed). The run named analysis "
         "holds Table 1, Figures 1-3 and the diagnosis."
     ),
@@ -181,13 +189,13 @@ HEADLINE_KINDS = ("peak", "last")
 
 
 def headline_metric(kind: str, metric: str) -> str:
-    """MLflow name of a six-benchmark headline value: ``peak/acc_at_8``, ``last/best_at_8``."""
+    """MLflow name of a benchmark-mean headline value: ``peak/acc_at_8``, ``last/best_at_8``."""
     return f"{kind}/" + benchmarks.tracking_metric(benchmarks.MEAN, metric).rsplit("/", 1)[1]
 
 
 HEADLINE_METRICS = tuple(headline_metric(kind, metric) for kind in HEADLINE_KINDS
                          for metric in benchmarks.eval_metrics(benchmarks.PAPER_SAMPLES)[:2])
-"""The run metrics the runs table shows: peak and last six-benchmark Acc@8 and Best@8 of the paper's n."""
+"""The run metrics the runs table shows: peak and last benchmark-mean Acc@8 and Best@8 of the paper's n."""
 
 RUNS_VIEW_ID = "balagg-cells"
 """The saved view of the runs table in every campaign's experiment (MLflow's "Views" menu; the link
@@ -321,7 +329,9 @@ def cell_run_tags(cell: str, model: str, dataset: str, aggregator: str, seed: in
 
 def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
     """The cell's training run: the manifest's, else the run tagged with its cell and config hash, else a
-    new run with the training run's tags (training ran with tracking off)."""
+    new run with the training run's tags (training ran with tracking off, or an external checkpoint's
+    record changed), which supersedes the cell's other live runs (:func:`supersede`), so the cell keeps
+    one run."""
     if manifest.get("mlflow_run_id"):
         return manifest["mlflow_run_id"]
     experiment = manifest["config"]["mlflow_experiment"]
@@ -336,8 +346,11 @@ def _cell_run_id(mlflow, manifest: dict[str, Any]) -> str:
     tags = cell_run_tags(manifest["cell"], manifest["model"], manifest["dataset"], manifest["aggregator"],
                          manifest["seed"], manifest["config_hash"], manifest.get("git_commit"),
                          **manifest.get("tags", {}))  # an external checkpoint's (balagg.external_checkpoints.record)
+    earlier = live_cell_runs(mlflow, experiment, manifest["cell"])
     with mlflow.start_run(run_name=manifest["cell"], tags=tags) as run:
-        return run.info.run_id
+        run_id = run.info.run_id
+    supersede(mlflow.MlflowClient(), earlier, run_id)
+    return run_id
 
 
 def eval_metrics(curve_rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
@@ -435,10 +448,11 @@ def final_step(manifest: dict[str, Any]) -> int | None:
 
 
 def headline_values(curve_rows: list[dict[str, Any]], last_step: int | None = None) -> dict[str, float]:
-    """:data:`HEADLINE_METRICS` of one cell from its ``eval/curve.csv`` rows (the six-benchmark mean rows),
-    as Table 1 computes them for one seed: the peak over steps after 0 (over every step if 0 is the only
-    one, as for a checkpoint evaluated once) and the value at ``last_step`` (default: the last evaluated
-    step), left out when that step is not evaluated, as is a metric without a finite value."""
+    """:data:`HEADLINE_METRICS` of one cell from its ``eval/curve.csv`` rows (the rows of the mean over the
+    campaign's benchmarks), as Table 1 computes them for one seed: the peak over steps after 0 (over every
+    step if 0 is the only one, as for a checkpoint evaluated once) and the value at ``last_step`` (default:
+    the last evaluated step), left out when that step is not evaluated, as is a metric without a finite
+    value."""
     n = benchmarks.samples_of_columns(curve_rows[0]) if curve_rows else None
     if n != benchmarks.PAPER_SAMPLES:
         return {}

@@ -6,8 +6,8 @@ Each bar is averaged over the campaign's training settings (model x dataset); pe
 taken per setting from the seed-mean curve of that benchmark (as in Table 1). A bar averaged over fewer
 settings than the campaign has carries a ``*`` and the caption names what is missing; a bar with no
 value is marked ``n/a``, and a bar of height 0 (no sample solved any problem: the tiny world's models on
-LiveCodeBench) is marked ``0``, its benchmark named in the caption when every bar of it is 0. Writes
-``figure1.png`` and ``figure1.pdf``.
+LiveCodeBench) is marked ``0``, its benchmark named in the caption when every bar of it is 0 from every
+setting. Writes ``figure1.png`` and ``figure1.pdf``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ PEAK, LAST = peak_column(ACC), last_column(ACC)
 
 
 def figure_data(campaign: CampaignResults) -> pd.DataFrame:
-    """Per (benchmark, aggregator): mean over settings of peak and last-step Acc@8, and how many of the
-    campaign's settings each mean covers (``n_peak``, ``n_last`` of ``n_settings``)."""
+    """Per (benchmark, aggregator): mean over settings of peak and last-step Acc@8, how many of the
+    campaign's settings each mean covers (``n_peak``, ``n_last`` of ``n_settings``), and the largest
+    step-0 Acc@8 over settings (``step0``; NaN where no setting evaluated step 0)."""
     per_setting = peak_and_last(campaign, campaign.benchmarks)
     n_settings = len(campaign.settings())
     rows = []
@@ -38,7 +39,7 @@ def figure_data(campaign: CampaignResults) -> pd.DataFrame:
             rows.append({"benchmark": benchmark, "aggregator": aggregator,
                          "peak": mine[PEAK].mean(), "last": mine[LAST].mean(),
                          "n_peak": int(mine[PEAK].count()), "n_last": int(mine[LAST].count()),
-                         "n_settings": n_settings,
+                         "n_settings": n_settings, "step0": mine[f"step0_{ACC}"].max(),
                          "lacking_peak": lacking["peak"], "lacking_last": lacking["last"]})
     return pd.DataFrame(rows)
 
@@ -53,11 +54,19 @@ def caption(campaign: CampaignResults, incomplete: bool) -> str:
 
 
 def zero_lines(data: pd.DataFrame) -> list[str]:
-    """One line per benchmark whose every bar is 0 (so drawn flat, not missing)."""
-    flat = [benchmark for benchmark, rows in data.groupby("benchmark", sort=False)
-            if ((rows.peak == 0) & (rows["last"] == 0)).all()]
-    return [f"{benchmark}: Acc@8 0 at every step for every aggregator and setting (no sample solved a problem); "
-            "its bars are flat at 0" for benchmark in flat]
+    """One line per benchmark whose every bar, peak and last step, is 0 from every one of the campaign's
+    settings (so drawn flat, not missing): Acc@8 0 at every step after step 0 for every aggregator and
+    setting; the line says "at every step" only where step 0 is 0 too (or not evaluated)."""
+    lines = []
+    for benchmark, rows in data.groupby("benchmark", sort=False):
+        complete = (rows.n_peak == rows.n_settings) & (rows.n_last == rows.n_settings)
+        if not (complete & (rows.peak == 0) & (rows["last"] == 0)).all():
+            continue
+        steps, solved = (("every step after step 0", "no sample of a trained checkpoint solved a problem")
+                         if (rows.step0 > 0).any() else ("every step", "no sample solved a problem"))
+        lines.append(f"{benchmark}: Acc@8 0 at {steps} for every aggregator and setting ({solved}); "
+                     "its bars are flat at 0")
+    return lines
 
 
 def gap_lines(data: pd.DataFrame) -> list[str]:

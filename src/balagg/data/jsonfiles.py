@@ -10,10 +10,11 @@ A source's JSON files are read here instead, in the two layouts real benchmark c
   short, not UTF-8, a list) is a row with a ``problem``, numbered like the others. A UTF-8 byte-order
   mark and CRLF line ends are read as a reader means them; lines end at ``\\n`` only, so a raw U+2028
   or U+0085 inside a string stays text.
-- A JSON array (a file whose first character is ``[``: the pretty-printed ``.json`` copies of
+- A JSON array (a ``.json`` file whose first character is ``[``: the pretty-printed ``.json`` copies of
   MATH-500, AIME, Minerva and OlympiadBench that harnesses vendor): every element is one row, placed at
   the line it starts on. An array is one document: a syntax error anywhere leaves nothing to read
-  reliably after it, so the file is refused with a ValueError naming its line and column.
+  reliably after it, so the file is refused with a ValueError naming its line and column. A ``.jsonl``
+  file is never read as an array: its first line starting with ``[`` is one bad row like any other.
 
 Rows are numbered from 0 in file order (blank lines are not rows; several files follow each other), so a
 row keeps its number, and the id prepare-data gives it, whether or not another line is damaged.
@@ -68,7 +69,10 @@ class JsonRows:
 
 
 def _is_array(path: Path) -> bool:
-    """Whether the file's first character (after a byte-order mark and whitespace) is ``[``."""
+    """Whether the file is a ``.json`` file whose first character (after a byte-order mark and whitespace)
+    is ``[``; a ``.jsonl`` file is JSON Lines whatever its first line holds."""
+    if path.suffix.lower() != ".json":
+        return False
     with path.open("rb") as handle:
         head = handle.read(1 << 16)
     return head.removeprefix(_BOM).lstrip()[:1] == b"["

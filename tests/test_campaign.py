@@ -106,6 +106,11 @@ def test_a_grid_states_how_long_it_trains_and_how_often_it_evaluates(tmp_path):
     ({"models": {"small": {"path": "tinyworld"}}},
      "models.small.tinyworld_size: a tiny-world model whose name is not a size needs one"),
     ({"models": {"tiny-s": {"path": ""}}}, "models.tiny-s.path: '' should be non-empty"),
+    ({"train": {"total_steps": 4, "eval_every": 2, "answer_format": "boxed"}},
+     "train.answer_format: not a train setting: the model's models.<name>.answer_format sets it, for training and "
+     "evaluation alike"),
+    ({"models": {"tiny-s": {"path": "tinyworld", "train": {"prompt_template": "{problem}"}}}},
+     "models.tiny-s.train.prompt_template: not a train setting: the model's models.<name>.math_template sets it"),
     ({"plan": {"bench_problems": {"math-500": 5}}}, r"plan.bench_problems.math-500: unknown key \(did you mean math500\?\)"),
 ])
 def test_relations_and_names_are_one_line_naming_the_file(tmp_path, change, message):

@@ -330,6 +330,13 @@ def where(keys: Sequence[str], layers: Sequence[tuple[str, Mapping]]) -> str:
     return ", ".join(name for name, _ in layers) or "(none)"
 
 
+def _model_key(train_key: str) -> str | None:
+    """The model setting (:class:`ModelSettings`) that gives a cell config's ``train_key``, which the train
+    section therefore does not take: the same name, or ``math_template`` for ``prompt_template``."""
+    key = "math_template" if train_key == "prompt_template" else train_key
+    return key if key in {field.name for field in dataclasses.fields(ModelSettings)} else None
+
+
 def _validator():
     """A draft 2020-12 validator of :func:`campaign_schema` that fills in each default it meets (as
     Snakemake's ``validate(..., set_default=True)``: a section's default, then the defaults inside it)."""
@@ -367,6 +374,9 @@ def _validate(config: dict, layers: Sequence[tuple[str, Mapping]]) -> None:
             from balagg.config_schema import _did_you_mean
 
             keys, reason = [*keys, str(extra[0])], "unknown key" + _did_you_mean(extra[0], allowed)
+            if keys[-2] == "train" and _model_key(extra[0]):
+                reason = (f"not a train setting: the model's models.<name>.{_model_key(extra[0])} sets it, for "
+                          "training and evaluation alike")
     elif error.validator == "required":
         missing = next((key for key in error.validator_value if key not in error.instance), None)
         if missing is not None:

@@ -70,14 +70,16 @@ class CellConfig:
         None, "context override (balagg.context); None: the model's own", minimum=1, in_schema=False)
 
     # prompt and reward
-    prompt_template: str = setting(MATH_TEMPLATE, "training prompt; must contain {problem}")
+    prompt_template: str = setting(MATH_TEMPLATE, "training prompt; must contain {problem} (a config sets the "
+                                   "model's math_template, which evaluation uses too)", in_schema=False)
     chat_template: bool = setting(DEFAULT_CHAT_TEMPLATE, "wrap prompts in the tokenizer's chat template",
                                   in_schema=False)
     enable_thinking: bool | None = setting(None, "chat template switch (Qwen3); None: the template's default",
                                            in_schema=False)
     answer_format: str = setting(DEFAULT_ANSWER_FORMAT,
-                                 "what the prompt asks for; the reward extracts that (balagg.prompts)",
-                                 choices=ANSWER_FORMATS)
+                                 "what the prompt asks for; the reward extracts that (balagg.prompts; a config "
+                                 "sets the model's answer_format, which evaluation scores by too)",
+                                 choices=ANSWER_FORMATS, in_schema=False)
     reward_correct: float = setting(1.0)
     reward_incorrect: float = setting(-1.0, "DAPO's +-1")
     overlong_buffer_enabled: bool = setting(True, "DAPO overlong shaping")

@@ -111,6 +111,7 @@ def test_a_grid_states_how_long_it_trains_and_how_often_it_evaluates(tmp_path):
      "evaluation alike"),
     ({"models": {"tiny-s": {"path": "tinyworld", "train": {"prompt_template": "{problem}"}}}},
      "models.tiny-s.train.prompt_template: not a train setting: the model's models.<name>.math_template sets it"),
+    ({"trian": {}}, r"trian: unknown key \(did you mean train\?\)"),
     ({"plan": {"bench_problems": {"math-500": 5}}}, r"plan.bench_problems.math-500: unknown key \(did you mean math500\?\)"),
 ])
 def test_relations_and_names_are_one_line_naming_the_file(tmp_path, change, message):

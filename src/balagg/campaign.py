@@ -374,7 +374,7 @@ def _validate(config: dict, layers: Sequence[tuple[str, Mapping]]) -> None:
             from balagg.config_schema import _did_you_mean
 
             keys, reason = [*keys, str(extra[0])], "unknown key" + _did_you_mean(extra[0], allowed)
-            if keys[-2] == "train" and _model_key(extra[0]):
+            if keys[-2:-1] == ["train"] and _model_key(extra[0]):
                 reason = (f"not a train setting: the model's models.<name>.{_model_key(extra[0])} sets it, for "
                           "training and evaluation alike")
     elif error.validator == "required":

@@ -47,6 +47,14 @@ def test_the_batches_tell_balanced_agg_from_its_mass_generalisation():
         plain, mass = (aggregation_weights(rule, batch.lengths, batch.advantages, batch.group_ids)
                        for rule in ("balanced-agg", "balanced-agg-mass"))
         assert (plain - mass).abs().max() > 10 * TOLERANCE
+    # every seed, also those whose graded positives were drawn at length 1 both (9, 133, 140, 261)
+    from balagg.conformance.batches import grpo_batch
+
+    for seed in range(300):
+        batch = grpo_batch(seed)
+        plain, mass = (aggregation_weights(rule, batch.lengths, batch.advantages, batch.group_ids)
+                       for rule in ("balanced-agg", "balanced-agg-mass"))
+        assert (plain - mass).abs().max() > 10 * TOLERANCE, seed
 
 
 def test_a_correct_token_mean_passes_every_split(fake_results):
